@@ -1,0 +1,49 @@
+"""jaxsys: Drake's systems framework rebuilt on JAX.
+
+Systems are immutable pytrees (``equinox.Module``); a :class:`Context` holds time, state,
+parameters and inputs and is passed in and returned; simulation is a jit-compiled loop that
+``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
+"""
+
+from .framework.constraints import (
+    SystemConstraint as SystemConstraint,
+    SystemConstraintIndex as SystemConstraintIndex,
+)
+from .framework.context import (
+    AbstractValues as AbstractValues,
+    Context as Context,
+    ContinuousState as ContinuousState,
+    DiagramContext as DiagramContext,
+    DiscreteValues as DiscreteValues,
+    LeafContext as LeafContext,
+    Parameters as Parameters,
+    State as State,
+    SystemOutput as SystemOutput,
+    default_float_dtype as default_float_dtype,
+)
+from .framework.diagram import Diagram as Diagram
+from .framework.diagram_builder import DiagramBuilder as DiagramBuilder
+from .framework.errors import (
+    AlgebraicLoopError as AlgebraicLoopError,
+    ConstraintError as ConstraintError,
+    DeclarationError as DeclarationError,
+    DiagramBuildError as DiagramBuildError,
+    InputPortNotConnectedError as InputPortNotConnectedError,
+    JaxsysError as JaxsysError,
+    PortError as PortError,
+    StateError as StateError,
+    SystemMismatchError as SystemMismatchError,
+)
+from .framework.leaf_system import (
+    AbstractParameterIndex as AbstractParameterIndex,
+    AbstractStateIndex as AbstractStateIndex,
+    ContinuousStateIndex as ContinuousStateIndex,
+    DiscreteStateIndex as DiscreteStateIndex,
+    LeafSystem as LeafSystem,
+    NumericParameterIndex as NumericParameterIndex,
+)
+from .framework.ports import InputPort as InputPort, OutputPort as OutputPort
+from .framework.system import ConstraintReport as ConstraintReport, System as System
+
+
+__version__ = "0.1.0"

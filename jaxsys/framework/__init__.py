@@ -1,0 +1,1 @@
+"""Drake's systems framework on JAX: systems, contexts, ports and diagrams."""

@@ -1,0 +1,775 @@
+"""Contexts, states and parameters: the explicit, immutable pytrees that hold everything that varies.
+
+Drake keeps time, state, parameters and fixed input values in a mutable ``Context`` owned by the
+caller. In jaxsys a Context is an immutable pytree (an ``equinox.Module``): every setter returns a
+*new* context, so a context can be passed through ``jax.jit``, batched by ``jax.vmap`` and
+differentiated by ``jax.grad``. Structure (sizes, the owning system's id) is static; values are
+leaves.
+
+Layouts follow Drake:
+
+* a leaf's continuous state is one vector ``x = [q, v, z]`` (``num_q``, ``num_v``, ``num_z``);
+* a Diagram's continuous state is ``[q of every leaf, v of every leaf, z of every leaf]`` (Drake's
+  ``DiagramContinuousState``), its discrete groups, abstract states and parameters are those of its
+  leaves, in subsystem order.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import StateError
+from .ids import INVALID_SYSTEM_ID, describe_system_id
+
+
+Array = jax.Array
+
+
+def default_float_dtype() -> Any:
+    """The floating dtype jaxsys allocates with: float64 when ``jax_enable_x64`` is on, else float32."""
+    return jax.dtypes.canonicalize_dtype(jnp.float64)
+
+
+def as_float_array(value: Any, dtype: Any = None) -> Array:
+    """``value`` as a JAX array of a floating dtype (``dtype``, or the default float dtype)."""
+    arr = jnp.asarray(value)
+    if dtype is None:
+        dtype = arr.dtype if jnp.issubdtype(arr.dtype, jnp.floating) else default_float_dtype()
+    return jnp.asarray(arr, dtype=dtype)
+
+
+def _shape_str(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    return str(tuple(shape)) if shape is not None else f"a {type(value).__name__}"
+
+
+def _check_vector(owner_id: int, what: str, old: Array, new: Any) -> Array:
+    new_shape = getattr(new, "shape", None)
+    if new_shape is None:
+        new_shape = np.shape(new)
+    if tuple(new_shape) != tuple(old.shape):
+        raise StateError(
+            f"{what} of System {describe_system_id(owner_id)} has shape {tuple(old.shape)}; "
+            f"the value given has shape {tuple(new_shape)}."
+        )
+    return jnp.asarray(new, dtype=old.dtype)
+
+
+def _cast_tree(tree: Any, dtype: Any) -> Any:
+    def cast(leaf: Any) -> Any:
+        if isinstance(leaf, (jax.Array, np.ndarray)) and jnp.issubdtype(leaf.dtype, jnp.floating):
+            return jnp.asarray(leaf, dtype=dtype)
+        return leaf
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
+class ContinuousState(eqx.Module):
+    """The continuous state ``x = [q, v, z]`` (Drake's ``ContinuousState``).
+
+    **Fields:**
+    - `x`: the whole vector, shape ``(num_q + num_v + num_z,)``.
+    - `num_q`, `num_v`, `num_z`: sizes of the generalized positions, velocities and other states.
+    - `system_id`: id of the System that made it (static).
+    """
+
+    x: Array
+    num_q: int = eqx.field(static=True, default=0)
+    num_v: int = eqx.field(static=True, default=0)
+    num_z: int = eqx.field(static=True, default=0)
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def size(self) -> int:
+        """Total number of continuous states (Drake: ``size()``)."""
+        return self.num_q + self.num_v + self.num_z
+
+    def get_vector(self) -> Array:
+        """The whole vector x (Drake: ``get_vector()``/``CopyToVector()``)."""
+        return self.x
+
+    def get_generalized_position(self) -> Array:
+        """q, shape ``(num_q,)`` (Drake: ``get_generalized_position``)."""
+        return self.x[: self.num_q]
+
+    def get_generalized_velocity(self) -> Array:
+        """v, shape ``(num_v,)`` (Drake: ``get_generalized_velocity``)."""
+        return self.x[self.num_q : self.num_q + self.num_v]
+
+    def get_misc_continuous_state(self) -> Array:
+        """z, shape ``(num_z,)`` (Drake: ``get_misc_continuous_state``)."""
+        return self.x[self.num_q + self.num_v :]
+
+    def with_vector(self, x: Any) -> ContinuousState:
+        """A copy holding ``x`` (same size and dtype) (Drake: ``SetFromVector``)."""
+        return ContinuousState(
+            _check_vector(self.system_id, "The continuous state", self.x, x),
+            self.num_q,
+            self.num_v,
+            self.num_z,
+            self.system_id,
+        )
+
+
+class DiscreteValues(eqx.Module):
+    """Groups of discrete state variables (Drake's ``DiscreteValues``): a tuple of 1-D arrays."""
+
+    groups: tuple[Array, ...]
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def num_groups(self) -> int:
+        """Number of groups (Drake: ``num_groups``)."""
+        return len(self.groups)
+
+    def get_vector(self, index: int = 0) -> Array:
+        """The vector of group ``index`` (Drake: ``get_vector(index)``)."""
+        if not 0 <= index < len(self.groups):
+            raise StateError(
+                f"Discrete state group {index} requested of System "
+                f"{describe_system_id(self.system_id)}, which has {len(self.groups)} group(s)."
+            )
+        return self.groups[index]
+
+    def with_vector(self, index: int, value: Any) -> DiscreteValues:
+        """A copy with group ``index`` set to ``value`` (same size) (Drake: ``set_value``)."""
+        old = self.get_vector(index)
+        new = _check_vector(self.system_id, f"Discrete state group {index}", old, value)
+        groups = self.groups[:index] + (new,) + self.groups[index + 1 :]
+        return DiscreteValues(groups, self.system_id)
+
+
+class AbstractValues(eqx.Module):
+    """Abstract state values (Drake's ``AbstractValues``): a tuple of arbitrary pytrees."""
+
+    values: tuple[Any, ...]
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def size(self) -> int:
+        """Number of abstract values."""
+        return len(self.values)
+
+    def get_value(self, index: int) -> Any:
+        """Value ``index``."""
+        if not 0 <= index < len(self.values):
+            raise StateError(
+                f"Abstract state {index} requested of System {describe_system_id(self.system_id)}, "
+                f"which has {len(self.values)} abstract state(s)."
+            )
+        return self.values[index]
+
+    def with_value(self, index: int, value: Any) -> AbstractValues:
+        """A copy with value ``index`` replaced; the pytree structure and shapes must not change."""
+        old = self.get_value(index)
+        _check_same_structure(self.system_id, f"Abstract state {index}", old, value)
+        return AbstractValues(
+            self.values[:index] + (value,) + self.values[index + 1 :], self.system_id
+        )
+
+
+def _check_same_structure(owner_id: int, what: str, old: Any, new: Any) -> None:
+    old_def = jax.tree_util.tree_structure(old)
+    new_def = jax.tree_util.tree_structure(new)
+    if old_def != new_def:
+        raise StateError(
+            f"{what} of System {describe_system_id(owner_id)} has structure {old_def}; "
+            f"the value given has structure {new_def}."
+        )
+    for a, b in zip(jax.tree_util.tree_leaves(old), jax.tree_util.tree_leaves(new)):
+        if np.shape(a) != np.shape(b):
+            raise StateError(
+                f"{what} of System {describe_system_id(owner_id)}: a leaf of shape {np.shape(a)} "
+                f"was given a value of shape {np.shape(b)}."
+            )
+
+
+class State(eqx.Module):
+    """The whole state: continuous, discrete and abstract (Drake's ``State``)."""
+
+    continuous_state: ContinuousState
+    discrete_state: DiscreteValues
+    abstract_state: AbstractValues
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def get_continuous_state(self) -> ContinuousState:
+        """Drake: ``get_continuous_state``."""
+        return self.continuous_state
+
+    def get_discrete_state(self, index: int | None = None) -> Any:
+        """All groups (``index=None``) or the vector of one group (Drake: ``get_discrete_state``)."""
+        if index is None:
+            return self.discrete_state
+        return self.discrete_state.get_vector(index)
+
+    def get_abstract_state(self, index: int | None = None) -> Any:
+        """All abstract values (``index=None``) or one (Drake: ``get_abstract_state``)."""
+        if index is None:
+            return self.abstract_state
+        return self.abstract_state.get_value(index)
+
+
+class Parameters(eqx.Module):
+    """Numeric (vector) and abstract parameters (Drake's ``Parameters``)."""
+
+    numeric: tuple[Array, ...]
+    abstract: tuple[Any, ...]
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def num_numeric_parameter_groups(self) -> int:
+        """Drake: ``num_numeric_parameter_groups``."""
+        return len(self.numeric)
+
+    def num_abstract_parameters(self) -> int:
+        """Drake: ``num_abstract_parameters``."""
+        return len(self.abstract)
+
+    def get_numeric_parameter(self, index: int) -> Array:
+        """Numeric parameter group ``index`` (a 1-D array)."""
+        if not 0 <= index < len(self.numeric):
+            raise StateError(
+                f"Numeric parameter {index} requested of System "
+                f"{describe_system_id(self.system_id)}, which has {len(self.numeric)}."
+            )
+        return self.numeric[index]
+
+    def get_abstract_parameter(self, index: int) -> Any:
+        """Abstract parameter ``index`` (any pytree)."""
+        if not 0 <= index < len(self.abstract):
+            raise StateError(
+                f"Abstract parameter {index} requested of System "
+                f"{describe_system_id(self.system_id)}, which has {len(self.abstract)}."
+            )
+        return self.abstract[index]
+
+
+class SystemOutput(eqx.Module):
+    """The values of all of a system's output ports (Drake's ``SystemOutput``)."""
+
+    values: tuple[Any, ...]
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def num_ports(self) -> int:
+        """Number of output ports."""
+        return len(self.values)
+
+    def get_vector_data(self, index: int) -> Any:
+        """The value of output port ``index`` (Drake: ``get_vector_data``)."""
+        return self.values[index]
+
+    def get_data(self, index: int) -> Any:
+        """The value of output port ``index`` (Drake: ``get_data``)."""
+        return self.values[index]
+
+
+def _strip_ids(tree: Any) -> Any:
+    """Rebuild every id-bearing module in ``tree`` with ``system_id = INVALID_SYSTEM_ID``."""
+    if isinstance(tree, eqx.Module) and hasattr(tree, "system_id"):
+        changes = {
+            f.name: _strip_ids(getattr(tree, f.name))
+            for f in dataclasses.fields(tree)
+            if f.name != "system_id"
+        }
+        return dataclasses.replace(tree, system_id=INVALID_SYSTEM_ID, **changes)
+    if isinstance(tree, tuple):
+        return tuple(_strip_ids(t) for t in tree)
+    return tree
+
+
+class Context(eqx.Module):
+    """Abstract base of :class:`LeafContext` and :class:`DiagramContext` (Drake's ``Context``).
+
+    A Context holds time, state, parameters and fixed input values. It is immutable: ``with_*``
+    methods return a new context. Contexts are created by ``system.create_default_context()``
+    and carry the creating system's id; every System method checks it.
+    """
+
+    # Subclasses define the fields ``time``, ``inputs`` and ``system_id`` (static).
+
+    # --- structure ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _leaf_contexts(self) -> list[LeafContext]:
+        """The leaf contexts in subsystem (depth-first) order."""
+
+    @abc.abstractmethod
+    def _with_leaf_contexts(self, leaves: Sequence[LeafContext]) -> Context:
+        """A copy with the leaf contexts replaced (same order as ``_leaf_contexts``)."""
+
+    def get_system_id(self) -> int:
+        """The id of the system that created this context (0 = none)."""
+        return self.system_id
+
+    # --- time --------------------------------------------------------------------------------
+    def get_time(self) -> Array:
+        """The time t in seconds (Drake: ``get_time``)."""
+        return self.time
+
+    @abc.abstractmethod
+    def with_time(self, t: Any) -> Context:
+        """A copy at time ``t`` (Drake: ``SetTime``); a Diagram sets it in every subcontext."""
+
+    # --- continuous state --------------------------------------------------------------------
+    def _continuous_parts(self) -> list[ContinuousState]:
+        return [leaf.state.continuous_state for leaf in self._leaf_contexts()]
+
+    def num_continuous_states(self) -> int:
+        """Total number of continuous states (Drake: ``num_continuous_states``)."""
+        return sum(c.size() for c in self._continuous_parts())
+
+    def get_continuous_state(self) -> ContinuousState:
+        """The continuous state, Drake's [q, v, z] ordering (Drake: ``get_continuous_state``)."""
+        parts = self._continuous_parts()
+        qs = [c.get_generalized_position() for c in parts]
+        vs = [c.get_generalized_velocity() for c in parts]
+        zs = [c.get_misc_continuous_state() for c in parts]
+        if len(parts) == 1:
+            x = parts[0].x
+        else:
+            pieces = [p for p in qs + vs + zs if p.shape[0] > 0]
+            dtype = parts[0].x.dtype if parts else default_float_dtype()
+            x = jnp.concatenate(pieces) if pieces else jnp.zeros((0,), dtype)
+        return ContinuousState(
+            x,
+            sum(c.num_q for c in parts),
+            sum(c.num_v for c in parts),
+            sum(c.num_z for c in parts),
+            self.system_id,
+        )
+
+    def get_continuous_state_vector(self) -> Array:
+        """The continuous state vector x (Drake: ``get_continuous_state_vector().CopyToVector()``)."""
+        return self.get_continuous_state().x
+
+    def with_continuous_state(self, x: Any) -> Context:
+        """A copy with continuous state ``x`` (a vector or ContinuousState; Drake: ``SetContinuousState``)."""
+        if isinstance(x, ContinuousState):
+            x = x.x
+        parts = self._continuous_parts()
+        n = sum(c.size() for c in parts)
+        shape = tuple(getattr(x, "shape", np.shape(x)))
+        if shape != (n,):
+            q = sum(c.num_q for c in parts)
+            v = sum(c.num_v for c in parts)
+            raise StateError(
+                f"The continuous state of System {describe_system_id(self.system_id)} has size {n} "
+                f"(num_q={q}, num_v={v}, num_z={n - q - v}); the value given has shape {shape}."
+            )
+        leaves = self._leaf_contexts()
+        if len(leaves) == 1:
+            new_parts = [x]
+        else:
+            x = jnp.asarray(x)
+            nq = sum(c.num_q for c in parts)
+            nv = sum(c.num_v for c in parts)
+            oq, ov, oz = 0, nq, nq + nv
+            new_parts = []
+            for c in parts:
+                new_parts.append(
+                    jnp.concatenate(
+                        [
+                            x[oq : oq + c.num_q],
+                            x[ov : ov + c.num_v],
+                            x[oz : oz + c.num_z],
+                        ]
+                    )
+                )
+                oq, ov, oz = oq + c.num_q, ov + c.num_v, oz + c.num_z
+        new_leaves = []
+        for leaf, c, xi in zip(leaves, parts, new_parts):
+            if c.size() == 0:
+                new_leaves.append(leaf)
+                continue
+            cs = ContinuousState(jnp.asarray(xi, dtype=c.x.dtype), c.num_q, c.num_v, c.num_z, c.system_id)
+            new_leaves.append(leaf._replace_state(continuous_state=cs))
+        return self._with_leaf_contexts(new_leaves)
+
+    # --- discrete state ----------------------------------------------------------------------
+    def _discrete_index(self) -> list[tuple[int, int]]:
+        out = []
+        for i, leaf in enumerate(self._leaf_contexts()):
+            out.extend((i, g) for g in range(leaf.state.discrete_state.num_groups()))
+        return out
+
+    def num_discrete_state_groups(self) -> int:
+        """Number of discrete state groups (Drake: ``num_discrete_state_groups``)."""
+        return len(self._discrete_index())
+
+    def get_discrete_state(self, index: int | None = None) -> Any:
+        """All groups as DiscreteValues (``index=None``) or one group's vector (Drake: ``get_discrete_state``)."""
+        leaves = self._leaf_contexts()
+        idx = self._discrete_index()
+        if index is None:
+            groups = tuple(leaves[i].state.discrete_state.groups[g] for i, g in idx)
+            return DiscreteValues(groups, self.system_id)
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Discrete state group {index} requested of System "
+                f"{describe_system_id(self.system_id)}, which has {len(idx)} group(s)."
+            )
+        i, g = idx[index]
+        return leaves[i].state.discrete_state.groups[g]
+
+    def get_discrete_state_vector(self) -> Array:
+        """Group 0 (Drake: ``get_discrete_state_vector``); an error unless there is exactly one group."""
+        n = self.num_discrete_state_groups()
+        if n != 1:
+            raise StateError(
+                f"get_discrete_state_vector() needs exactly one discrete state group; System "
+                f"{describe_system_id(self.system_id)} has {n}. Use get_discrete_state(index)."
+            )
+        return self.get_discrete_state(0)
+
+    def with_discrete_state(self, index: Any, value: Any = None) -> Context:
+        """A copy with group ``index`` set to ``value``, or all groups from a DiscreteValues.
+
+        Drake: ``SetDiscreteState``.
+        """
+        leaves = list(self._leaf_contexts())
+        idx = self._discrete_index()
+        if isinstance(index, DiscreteValues):
+            if index.num_groups() != len(idx):
+                raise StateError(
+                    f"System {describe_system_id(self.system_id)} has {len(idx)} discrete state "
+                    f"group(s); the DiscreteValues given has {index.num_groups()}."
+                )
+            ctx: Context = self
+            for k, v in enumerate(index.groups):
+                ctx = ctx.with_discrete_state(k, v)
+            return ctx
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Discrete state group {index} set on System {describe_system_id(self.system_id)}, "
+                f"which has {len(idx)} group(s)."
+            )
+        i, g = idx[index]
+        leaf = leaves[i]
+        dv = leaf.state.discrete_state
+        new = _check_vector(leaf.system_id, f"Discrete state group {g}", dv.groups[g], value)
+        leaves[i] = leaf._replace_state(
+            discrete_state=DiscreteValues(dv.groups[:g] + (new,) + dv.groups[g + 1 :], dv.system_id)
+        )
+        return self._with_leaf_contexts(leaves)
+
+    # --- abstract state ----------------------------------------------------------------------
+    def _abstract_index(self) -> list[tuple[int, int]]:
+        out = []
+        for i, leaf in enumerate(self._leaf_contexts()):
+            out.extend((i, k) for k in range(leaf.state.abstract_state.size()))
+        return out
+
+    def num_abstract_states(self) -> int:
+        """Number of abstract state values (Drake: ``num_abstract_states``)."""
+        return len(self._abstract_index())
+
+    def get_abstract_state(self, index: int | None = None) -> Any:
+        """All abstract values (``index=None``) or value ``index`` (Drake: ``get_abstract_state``)."""
+        leaves = self._leaf_contexts()
+        idx = self._abstract_index()
+        if index is None:
+            return AbstractValues(
+                tuple(leaves[i].state.abstract_state.values[k] for i, k in idx), self.system_id
+            )
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Abstract state {index} requested of System {describe_system_id(self.system_id)}, "
+                f"which has {len(idx)}."
+            )
+        i, k = idx[index]
+        return leaves[i].state.abstract_state.values[k]
+
+    def with_abstract_state(self, index: int, value: Any) -> Context:
+        """A copy with abstract state ``index`` replaced (same pytree structure; Drake: ``SetAbstractState``)."""
+        leaves = list(self._leaf_contexts())
+        idx = self._abstract_index()
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Abstract state {index} set on System {describe_system_id(self.system_id)}, "
+                f"which has {len(idx)}."
+            )
+        i, k = idx[index]
+        leaves[i] = leaves[i]._replace_state(
+            abstract_state=leaves[i].state.abstract_state.with_value(k, value)
+        )
+        return self._with_leaf_contexts(leaves)
+
+    # --- whole state -------------------------------------------------------------------------
+    def get_state(self) -> State:
+        """The whole state, flattened over leaves in Drake's order (Drake: ``get_state``)."""
+        return State(
+            self.get_continuous_state(),
+            self.get_discrete_state(),
+            self.get_abstract_state(),
+            self.system_id,
+        )
+
+    def with_state(self, state: State) -> Context:
+        """A copy holding ``state`` (same structure; Drake: ``SetStateAndParametersFrom`` for state)."""
+        ctx = self.with_continuous_state(state.continuous_state.x)
+        ctx = ctx.with_discrete_state(state.discrete_state)
+        for k, v in enumerate(state.abstract_state.values):
+            ctx = ctx.with_abstract_state(k, v)
+        return ctx
+
+    def is_stateless(self) -> bool:
+        """True if there is no state at all (Drake: ``is_stateless``)."""
+        return (
+            self.num_continuous_states() == 0
+            and self.num_discrete_state_groups() == 0
+            and self.num_abstract_states() == 0
+        )
+
+    def has_only_continuous_state(self) -> bool:
+        """Drake: ``has_only_continuous_state``."""
+        return (
+            self.num_continuous_states() > 0
+            and self.num_discrete_state_groups() == 0
+            and self.num_abstract_states() == 0
+        )
+
+    def has_only_discrete_state(self) -> bool:
+        """Drake: ``has_only_discrete_state``."""
+        return (
+            self.num_discrete_state_groups() > 0
+            and self.num_continuous_states() == 0
+            and self.num_abstract_states() == 0
+        )
+
+    # --- parameters --------------------------------------------------------------------------
+    def _numeric_index(self) -> list[tuple[int, int]]:
+        out = []
+        for i, leaf in enumerate(self._leaf_contexts()):
+            out.extend((i, k) for k in range(len(leaf.parameters.numeric)))
+        return out
+
+    def _abstract_param_index(self) -> list[tuple[int, int]]:
+        out = []
+        for i, leaf in enumerate(self._leaf_contexts()):
+            out.extend((i, k) for k in range(len(leaf.parameters.abstract)))
+        return out
+
+    def num_numeric_parameter_groups(self) -> int:
+        """Drake: ``num_numeric_parameter_groups``."""
+        return len(self._numeric_index())
+
+    def num_abstract_parameters(self) -> int:
+        """Drake: ``num_abstract_parameters``."""
+        return len(self._abstract_param_index())
+
+    def get_parameters(self) -> Parameters:
+        """All parameters, flattened over leaves (Drake: ``get_parameters``)."""
+        leaves = self._leaf_contexts()
+        return Parameters(
+            tuple(leaves[i].parameters.numeric[k] for i, k in self._numeric_index()),
+            tuple(leaves[i].parameters.abstract[k] for i, k in self._abstract_param_index()),
+            self.system_id,
+        )
+
+    def get_numeric_parameter(self, index: int) -> Array:
+        """Numeric parameter group ``index`` (Drake: ``get_numeric_parameter``)."""
+        idx = self._numeric_index()
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Numeric parameter {index} requested of System "
+                f"{describe_system_id(self.system_id)}, which has {len(idx)}."
+            )
+        i, k = idx[index]
+        return self._leaf_contexts()[i].parameters.numeric[k]
+
+    def get_abstract_parameter(self, index: int) -> Any:
+        """Abstract parameter ``index`` (Drake: ``get_abstract_parameter``)."""
+        idx = self._abstract_param_index()
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Abstract parameter {index} requested of System "
+                f"{describe_system_id(self.system_id)}, which has {len(idx)}."
+            )
+        i, k = idx[index]
+        return self._leaf_contexts()[i].parameters.abstract[k]
+
+    def with_numeric_parameter(self, index: int, value: Any) -> Context:
+        """A copy with numeric parameter ``index`` set (same size; Drake: ``get_mutable_numeric_parameter``)."""
+        leaves = list(self._leaf_contexts())
+        idx = self._numeric_index()
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Numeric parameter {index} set on System {describe_system_id(self.system_id)}, "
+                f"which has {len(idx)}."
+            )
+        i, k = idx[index]
+        p = leaves[i].parameters
+        new = _check_vector(leaves[i].system_id, f"Numeric parameter {k}", p.numeric[k], value)
+        leaves[i] = eqx.tree_at(
+            lambda c: c.parameters,
+            leaves[i],
+            Parameters(p.numeric[:k] + (new,) + p.numeric[k + 1 :], p.abstract, p.system_id),
+        )
+        return self._with_leaf_contexts(leaves)
+
+    def with_abstract_parameter(self, index: int, value: Any) -> Context:
+        """A copy with abstract parameter ``index`` replaced (same pytree structure)."""
+        leaves = list(self._leaf_contexts())
+        idx = self._abstract_param_index()
+        if not 0 <= index < len(idx):
+            raise StateError(
+                f"Abstract parameter {index} set on System {describe_system_id(self.system_id)}, "
+                f"which has {len(idx)}."
+            )
+        i, k = idx[index]
+        p = leaves[i].parameters
+        _check_same_structure(leaves[i].system_id, f"Abstract parameter {k}", p.abstract[k], value)
+        leaves[i] = eqx.tree_at(
+            lambda c: c.parameters,
+            leaves[i],
+            Parameters(p.numeric, p.abstract[:k] + (value,) + p.abstract[k + 1 :], p.system_id),
+        )
+        return self._with_leaf_contexts(leaves)
+
+    def with_parameters(self, parameters: Parameters) -> Context:
+        """A copy holding all of ``parameters`` (same structure)."""
+        ctx: Context = self
+        for k, v in enumerate(parameters.numeric):
+            ctx = ctx.with_numeric_parameter(k, v)
+        for k, v in enumerate(parameters.abstract):
+            ctx = ctx.with_abstract_parameter(k, v)
+        return ctx
+
+    # --- inputs ------------------------------------------------------------------------------
+    def num_input_ports(self) -> int:
+        """Number of input ports of the system this context is for (Drake: ``num_input_ports``)."""
+        return len(self.inputs)
+
+    def get_fixed_input_value(self, index: int) -> Any:
+        """The value fixed on input port ``index``, or None (Drake: ``MaybeGetFixedInputPortValue``)."""
+        return self.inputs[index]
+
+    # --- copying -----------------------------------------------------------------------------
+    def clone(self) -> Context:
+        """A copy with the same values and the same system ids (Drake: ``Clone``)."""
+        return jax.tree_util.tree_map(lambda x: x, self)
+
+    def astype(self, dtype: Any) -> Context:
+        """A copy with every floating value converted to ``dtype``, with all system ids cleared.
+
+        Mirrors Drake's scalar-converting ``SetFrom`` rule from "System Compatibility": converted data
+        is no longer valid data for the original System, so it carries no id and every System
+        method refuses it. To get a context of another dtype that a system accepts, use
+        ``system.create_default_context(dtype=...)`` and :meth:`set_from`.
+        """
+        return _strip_ids(_cast_tree(self, dtype))
+
+    def set_from(self, other: Context) -> Context:
+        """A copy of ``self`` holding ``other``'s values cast to ``self``'s dtypes; ids stay ``self``'s.
+
+        Drake: ``SetTimeStateAndParametersFrom``. ``other`` must have the same structure.
+        """
+        mine, my_def = jax.tree_util.tree_flatten(self)
+        theirs, their_def = jax.tree_util.tree_flatten(_strip_ids(other))
+        if len(mine) != len(theirs) or jax.tree_util.tree_structure(
+            _strip_ids(self)
+        ) != their_def:
+            raise StateError(
+                f"set_from: the context of System {describe_system_id(other.system_id)} does not "
+                f"have the structure of this context of System {describe_system_id(self.system_id)}."
+            )
+        new = []
+        for a, b in zip(mine, theirs):
+            if np.shape(a) != np.shape(b):
+                raise StateError(
+                    f"set_from: a value of shape {np.shape(b)} cannot replace one of shape "
+                    f"{np.shape(a)} (System {describe_system_id(self.system_id)})."
+                )
+            new.append(jnp.asarray(b, dtype=jnp.asarray(a).dtype))
+        return jax.tree_util.tree_unflatten(my_def, new)
+
+
+class LeafContext(Context):
+    """The context of a LeafSystem (Drake's ``LeafContext``).
+
+    **Fields:**
+    - `time`: scalar array, seconds.
+    - `state`: :class:`State`.
+    - `parameters`: :class:`Parameters`.
+    - `inputs`: one entry per input port: the fixed (or diagram-supplied) value, or ``None``.
+    - `system_id`: id of the creating LeafSystem (static).
+    """
+
+    time: Array
+    state: State
+    parameters: Parameters
+    inputs: tuple[Any, ...]
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def _leaf_contexts(self) -> list[LeafContext]:
+        return [self]
+
+    def _with_leaf_contexts(self, leaves: Sequence[LeafContext]) -> Context:
+        (leaf,) = leaves
+        return leaf
+
+    def _replace_state(self, **kw: Any) -> LeafContext:
+        s = self.state
+        new = State(
+            kw.get("continuous_state", s.continuous_state),
+            kw.get("discrete_state", s.discrete_state),
+            kw.get("abstract_state", s.abstract_state),
+            s.system_id,
+        )
+        return LeafContext(self.time, new, self.parameters, self.inputs, self.system_id)
+
+    def _with_inputs(self, inputs: tuple[Any, ...]) -> LeafContext:
+        return LeafContext(self.time, self.state, self.parameters, inputs, self.system_id)
+
+    def with_time(self, t: Any) -> LeafContext:
+        """A copy at time ``t`` (seconds; Drake: ``SetTime``)."""
+        return LeafContext(
+            jnp.asarray(t, dtype=self.time.dtype), self.state, self.parameters, self.inputs,
+            self.system_id,
+        )
+
+
+class DiagramContext(Context):
+    """The context of a Diagram: one subcontext per subsystem (Drake's ``DiagramContext``).
+
+    **Fields:**
+    - `time`: scalar array, seconds (kept equal to every subcontext's time).
+    - `subcontexts`: one context per subsystem, in the order they were added.
+    - `inputs`: values fixed on the diagram's own (exported) input ports, or ``None``.
+    - `system_id`: id of the Diagram (static).
+    """
+
+    time: Array
+    subcontexts: tuple[Context, ...]
+    inputs: tuple[Any, ...]
+    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+
+    def _leaf_contexts(self) -> list[LeafContext]:
+        out: list[LeafContext] = []
+        for sub in self.subcontexts:
+            out.extend(sub._leaf_contexts())
+        return out
+
+    def _with_leaf_contexts(self, leaves: Sequence[LeafContext]) -> DiagramContext:
+        leaves = list(leaves)
+        subs = []
+        pos = 0
+        for sub in self.subcontexts:
+            n = len(sub._leaf_contexts())
+            subs.append(sub._with_leaf_contexts(leaves[pos : pos + n]))
+            pos += n
+        return DiagramContext(self.time, tuple(subs), self.inputs, self.system_id)
+
+    def num_subcontexts(self) -> int:
+        """Number of subsystem contexts."""
+        return len(self.subcontexts)
+
+    def with_time(self, t: Any) -> DiagramContext:
+        """A copy at time ``t`` in this context and every subcontext (Drake: ``SetTime``)."""
+        t = jnp.asarray(t, dtype=self.time.dtype)
+        return DiagramContext(
+            t, tuple(s.with_time(t) for s in self.subcontexts), self.inputs, self.system_id
+        )

@@ -1,0 +1,47 @@
+"""Exceptions raised by jaxsys.
+
+Every error jaxsys raises at build or trace time is a subclass of :class:`JaxsysError`, and its
+message names the system (by its path in the diagram, e.g. ``::diagram::plant``), the port or state
+involved, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+
+class JaxsysError(Exception):
+    """Base class of every error raised by jaxsys."""
+
+
+class SystemMismatchError(JaxsysError, ValueError):
+    """An object (Context, State, Parameters, output, ...) was created for another System.
+
+    Mirrors Drake's ``ValidateCreatedForThisSystem`` failure (see Drake's "System Compatibility").
+    """
+
+
+class PortError(JaxsysError, ValueError):
+    """A port was misused: wrong size or type, unknown name, not connected, ..."""
+
+
+class InputPortNotConnectedError(PortError):
+    """An input port was evaluated that is neither connected nor fixed (Drake: "is not connected")."""
+
+
+class StateError(JaxsysError, ValueError):
+    """A state or parameter value of the wrong size, dtype or structure was given."""
+
+
+class DiagramBuildError(JaxsysError, ValueError):
+    """A DiagramBuilder was used wrongly (duplicate names, double connections, foreign ports, ...)."""
+
+
+class AlgebraicLoopError(DiagramBuildError):
+    """A cycle through direct-feedthrough paths was found when building a Diagram."""
+
+
+class ConstraintError(JaxsysError, ValueError):
+    """A system constraint is violated or was declared wrongly."""
+
+
+class DeclarationError(JaxsysError, ValueError):
+    """A ``declare_*`` call was given bad arguments."""

@@ -1,0 +1,182 @@
+"""Input and output ports (Drake's ``InputPort`` / ``OutputPort``).
+
+Ports are static structure: plain, immutable Python objects made by ``declare_*_port`` (or by a
+DiagramBuilder for exported ports). Their values live in a Context: :meth:`InputPort.eval` reads the
+value fixed on the port or supplied by the enclosing Diagram, :meth:`InputPort.fix_value` returns a
+new context with a fixed value (Drake's ``FixValue``), :meth:`OutputPort.eval` computes the output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import PortError
+
+
+if TYPE_CHECKING:
+    from .context import Context
+    from .system import System
+
+VECTOR = "vector"
+ABSTRACT = "abstract"
+
+
+def abstract_signature(model: Any) -> tuple[Any, tuple[tuple[int, ...], ...]]:
+    """The static description of an abstract value: its pytree structure and leaf shapes."""
+    leaves, treedef = jax.tree_util.tree_flatten(model)
+    return treedef, tuple(tuple(np.shape(x)) for x in leaves)
+
+
+class _Port:
+    __slots__ = ("_system", "_index", "_name", "_kind", "_size", "_model")
+
+    def __init__(
+        self, system: System, index: int, name: str, kind: str, size: int, model: Any
+    ) -> None:
+        self._system = system
+        self._index = index
+        self._name = name
+        self._kind = kind
+        self._size = size
+        self._model = model
+
+    _direction = "Port"
+
+    def get_system(self) -> System:
+        """The System that owns this port (Drake: ``get_system``)."""
+        return self._system
+
+    def get_index(self) -> int:
+        """The port's index among its system's ports of this direction (Drake: ``get_index``)."""
+        return self._index
+
+    def get_name(self) -> str:
+        """The port's name (Drake: ``get_name``)."""
+        return self._name
+
+    def size(self) -> int:
+        """Vector size; 0 for an abstract port (Drake: ``size``)."""
+        return self._size
+
+    def get_data_type(self) -> str:
+        """``"vector"`` or ``"abstract"`` (Drake: ``get_data_type``: kVectorValued / kAbstractValued)."""
+        return self._kind
+
+    def is_abstract(self) -> bool:
+        """True for an abstract-valued port."""
+        return self._kind == ABSTRACT
+
+    def get_model(self) -> Any:
+        """The model value of an abstract port (None for vector ports)."""
+        return self._model
+
+    def get_full_description(self) -> str:
+        """E.g. ``InputPort[0] (tau) of System ::diagram::pendulum (Pendulum)`` (Drake: same name)."""
+        s = self._system
+        return f"{self._direction}[{self._index}] ({self._name}) of System {s.get_path()} ({type(s).__name__})"
+
+    def describe_type(self) -> str:
+        """A short description of the value type, for error messages."""
+        if self._kind == VECTOR:
+            return f"a vector of size {self._size}"
+        return f"an abstract value like {_brief(self._model)}"
+
+    def allocate(self) -> Any:
+        """A zero value of the port's type (Drake: ``Allocate``)."""
+        from .context import default_float_dtype
+
+        if self._kind == VECTOR:
+            return jnp.zeros((self._size,), default_float_dtype())
+        return jax.tree_util.tree_map(jnp.asarray, self._model)
+
+    def __repr__(self) -> str:
+        return f"<{self.get_full_description()}>"
+
+    def check_value(self, value: Any, where: str) -> Any:
+        """Check a value against the port's type; return it as a JAX value. Raises PortError."""
+        if self._kind == VECTOR:
+            shape = tuple(np.shape(value))
+            if shape != (self._size,):
+                if shape == () and self._size == 1:
+                    return jnp.reshape(jnp.asarray(value), (1,))
+                raise PortError(
+                    f"{where}: expected a vector of size {self._size} for "
+                    f"{self.get_full_description()}, but the value given has shape {shape}."
+                )
+            arr = jnp.asarray(value)
+            if not jnp.issubdtype(arr.dtype, jnp.inexact):
+                from .context import default_float_dtype
+
+                arr = arr.astype(default_float_dtype())
+            return arr
+        sig = abstract_signature(self._model)
+        got = abstract_signature(value)
+        if sig != got:
+            raise PortError(
+                f"{where}: expected {self.describe_type()} for {self.get_full_description()}, "
+                f"but the value given is {_brief(value)}."
+            )
+        return value
+
+
+def _brief(value: Any) -> str:
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    shapes = [tuple(np.shape(x)) for x in leaves]
+    return f"{type(value).__name__} (structure {treedef}, leaf shapes {shapes})"
+
+
+class InputPort(_Port):
+    """An input port of a System (Drake's ``InputPort``)."""
+
+    __slots__ = ()
+    _direction = "InputPort"
+
+    def eval(self, context: Context) -> Any:
+        """The port's value in ``context`` (Drake: ``InputPort::Eval``).
+
+        The value is the one fixed on the port (:meth:`fix_value`) or, inside a Diagram, the value of
+        the output port it is connected to. Raises :class:`InputPortNotConnectedError` if neither.
+        """
+        self._system.validate_context(context)
+        return self._system._eval_input_raw(context, self._index)
+
+    def fix_value(self, context: Context, value: Any) -> Context:
+        """A copy of ``context`` with ``value`` fixed on this port (Drake: ``FixValue``).
+
+        A vector port takes an array of shape ``(size,)`` (a scalar is accepted for size 1); an
+        abstract port a pytree with the model's structure and leaf shapes.
+        """
+        self._system.validate_context(context)
+        value = self.check_value(value, "InputPort.fix_value")
+        inputs = list(context.inputs)
+        inputs[self._index] = value
+        return dataclasses.replace(context, inputs=tuple(inputs))
+
+    def has_value(self, context: Context) -> bool:
+        """True if the port has a value in ``context`` (Drake: ``HasValue``)."""
+        try:
+            self.eval(context)
+        except PortError:
+            return False
+        return True
+
+
+class OutputPort(_Port):
+    """An output port of a System (Drake's ``OutputPort``)."""
+
+    __slots__ = ()
+    _direction = "OutputPort"
+
+    def eval(self, context: Context) -> Any:
+        """Compute the port's value from ``context`` (Drake: ``OutputPort::Eval``)."""
+        self._system.validate_context(context)
+        return self._system._calc_output_raw(context, self._index)
+
+    def calc(self, context: Context) -> Any:
+        """Same as :meth:`eval` (Drake: ``OutputPort::Calc``; there is no cache to bypass)."""
+        return self.eval(context)
