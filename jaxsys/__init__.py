@@ -30,6 +30,7 @@ from .framework.errors import (
     DiagramBuildError as DiagramBuildError,
     InputPortNotConnectedError as InputPortNotConnectedError,
     JaxsysError as JaxsysError,
+    MissingOverrideError as MissingOverrideError,
     PortError as PortError,
     StateError as StateError,
     SystemMismatchError as SystemMismatchError,
@@ -47,3 +48,12 @@ from .framework.system import ConstraintReport as ConstraintReport, System as Sy
 
 
 __version__ = "0.1.0"
+
+from . import examples as examples, primitives as primitives
+from .primitives import (
+    Adder as Adder,
+    ConstantVectorSource as ConstantVectorSource,
+    FirstOrderLowPassFilter as FirstOrderLowPassFilter,
+    Gain as Gain,
+    PassThrough as PassThrough,
+)

@@ -168,9 +168,7 @@ class AbstractValues(eqx.Module):
         """A copy with value ``index`` replaced; the pytree structure and shapes must not change."""
         old = self.get_value(index)
         _check_same_structure(self.system_id, f"Abstract state {index}", old, value)
-        return AbstractValues(
-            self.values[:index] + (value,) + self.values[index + 1 :], self.system_id
-        )
+        return AbstractValues(self.values[:index] + (value,) + self.values[index + 1 :], self.system_id)
 
 
 def _check_same_structure(owner_id: int, what: str, old: Any, new: Any) -> None:
@@ -270,11 +268,7 @@ class SystemOutput(eqx.Module):
 def _strip_ids(tree: Any) -> Any:
     """Rebuild every id-bearing module in ``tree`` with ``system_id = INVALID_SYSTEM_ID``."""
     if isinstance(tree, eqx.Module) and hasattr(tree, "system_id"):
-        changes = {
-            f.name: _strip_ids(getattr(tree, f.name))
-            for f in dataclasses.fields(tree)
-            if f.name != "system_id"
-        }
+        changes = {f.name: _strip_ids(getattr(tree, f.name)) for f in dataclasses.fields(tree) if f.name != "system_id"}
         return dataclasses.replace(tree, system_id=INVALID_SYSTEM_ID, **changes)
     if isinstance(tree, tuple):
         return tuple(_strip_ids(t) for t in tree)
@@ -471,9 +465,7 @@ class Context(eqx.Module):
         leaves = self._leaf_contexts()
         idx = self._abstract_index()
         if index is None:
-            return AbstractValues(
-                tuple(leaves[i].state.abstract_state.values[k] for i, k in idx), self.system_id
-            )
+            return AbstractValues(tuple(leaves[i].state.abstract_state.values[k] for i, k in idx), self.system_id)
         if not 0 <= index < len(idx):
             raise StateError(
                 f"Abstract state {index} requested of System {describe_system_id(self.system_id)}, "
@@ -488,13 +480,10 @@ class Context(eqx.Module):
         idx = self._abstract_index()
         if not 0 <= index < len(idx):
             raise StateError(
-                f"Abstract state {index} set on System {describe_system_id(self.system_id)}, "
-                f"which has {len(idx)}."
+                f"Abstract state {index} set on System {describe_system_id(self.system_id)}, which has {len(idx)}."
             )
         i, k = idx[index]
-        leaves[i] = leaves[i]._replace_state(
-            abstract_state=leaves[i].state.abstract_state.with_value(k, value)
-        )
+        leaves[i] = leaves[i]._replace_state(abstract_state=leaves[i].state.abstract_state.with_value(k, value))
         return self._with_leaf_contexts(leaves)
 
     # --- whole state -------------------------------------------------------------------------
@@ -597,8 +586,7 @@ class Context(eqx.Module):
         idx = self._numeric_index()
         if not 0 <= index < len(idx):
             raise StateError(
-                f"Numeric parameter {index} set on System {describe_system_id(self.system_id)}, "
-                f"which has {len(idx)}."
+                f"Numeric parameter {index} set on System {describe_system_id(self.system_id)}, which has {len(idx)}."
             )
         i, k = idx[index]
         p = leaves[i].parameters
@@ -616,8 +604,7 @@ class Context(eqx.Module):
         idx = self._abstract_param_index()
         if not 0 <= index < len(idx):
             raise StateError(
-                f"Abstract parameter {index} set on System {describe_system_id(self.system_id)}, "
-                f"which has {len(idx)}."
+                f"Abstract parameter {index} set on System {describe_system_id(self.system_id)}, which has {len(idx)}."
             )
         i, k = idx[index]
         p = leaves[i].parameters
@@ -663,28 +650,40 @@ class Context(eqx.Module):
         return _strip_ids(_cast_tree(self, dtype))
 
     def set_from(self, other: Context) -> Context:
-        """A copy of ``self`` holding ``other``'s values cast to ``self``'s dtypes; ids stay ``self``'s.
+        """A copy of ``self`` holding ``other``'s time, state and parameters, cast to ``self``'s dtypes.
 
-        Drake: ``SetTimeStateAndParametersFrom``. ``other`` must have the same structure.
+        Ids and fixed input values stay ``self``'s (Drake: ``SetTimeStateAndParametersFrom``, the
+        scalar-converting ``SetFrom``). ``other`` must have the same state and parameter layout.
         """
-        mine, my_def = jax.tree_util.tree_flatten(self)
-        theirs, their_def = jax.tree_util.tree_flatten(_strip_ids(other))
-        if len(mine) != len(theirs) or jax.tree_util.tree_structure(
-            _strip_ids(self)
-        ) != their_def:
+        mine = self._leaf_contexts()
+        theirs = other._leaf_contexts()
+        if len(mine) != len(theirs):
             raise StateError(
-                f"set_from: the context of System {describe_system_id(other.system_id)} does not "
-                f"have the structure of this context of System {describe_system_id(self.system_id)}."
+                f"set_from: the context of System {describe_system_id(other.system_id)} has "
+                f"{len(theirs)} leaf context(s); this context of System "
+                f"{describe_system_id(self.system_id)} has {len(mine)}."
             )
-        new = []
+        new_leaves = []
         for a, b in zip(mine, theirs):
-            if np.shape(a) != np.shape(b):
+            a_vals, a_def = jax.tree_util.tree_flatten((a.state, a.parameters))
+            b_vals, b_def = jax.tree_util.tree_flatten(_strip_ids((b.state, b.parameters)))
+            if _strip_ids_def(a_def, (a.state, a.parameters)) != b_def or any(
+                np.shape(x) != np.shape(y) for x, y in zip(a_vals, b_vals)
+            ):
                 raise StateError(
-                    f"set_from: a value of shape {np.shape(b)} cannot replace one of shape "
-                    f"{np.shape(a)} (System {describe_system_id(self.system_id)})."
+                    f"set_from: the state/parameters of System {describe_system_id(b.system_id)} do "
+                    f"not have the layout of those of System {describe_system_id(a.system_id)}."
                 )
-            new.append(jnp.asarray(b, dtype=jnp.asarray(a).dtype))
-        return jax.tree_util.tree_unflatten(my_def, new)
+            vals = [jnp.asarray(y, dtype=jnp.asarray(x).dtype) for x, y in zip(a_vals, b_vals)]
+            state, params = jax.tree_util.tree_unflatten(a_def, vals)
+            new_leaves.append(
+                LeafContext(jnp.asarray(b.time, dtype=a.time.dtype), state, params, a.inputs, a.system_id)
+            )
+        return self._with_leaf_contexts(new_leaves).with_time(jnp.asarray(other.time, dtype=self.time.dtype))
+
+
+def _strip_ids_def(treedef: Any, tree: Any) -> Any:
+    return jax.tree_util.tree_structure(_strip_ids(tree))
 
 
 class LeafContext(Context):
@@ -727,7 +726,10 @@ class LeafContext(Context):
     def with_time(self, t: Any) -> LeafContext:
         """A copy at time ``t`` (seconds; Drake: ``SetTime``)."""
         return LeafContext(
-            jnp.asarray(t, dtype=self.time.dtype), self.state, self.parameters, self.inputs,
+            jnp.asarray(t, dtype=self.time.dtype),
+            self.state,
+            self.parameters,
+            self.inputs,
             self.system_id,
         )
 
@@ -770,6 +772,4 @@ class DiagramContext(Context):
     def with_time(self, t: Any) -> DiagramContext:
         """A copy at time ``t`` in this context and every subcontext (Drake: ``SetTime``)."""
         t = jnp.asarray(t, dtype=self.time.dtype)
-        return DiagramContext(
-            t, tuple(s.with_time(t) for s in self.subcontexts), self.inputs, self.system_id
-        )
+        return DiagramContext(t, tuple(s.with_time(t) for s in self.subcontexts), self.inputs, self.system_id)

@@ -91,9 +91,7 @@ class _Evaluator:
         try:
             ft = leaf._feedthrough_inputs_of(p)
             inputs = tuple(
-                self._lazy(li, k)
-                if k in ft
-                else _Unfed(leaf.get_input_port(k), leaf.get_output_port(p))
+                self._lazy(li, k) if k in ft else _Unfed(leaf.get_input_port(k), leaf.get_output_port(p))
                 for k in range(leaf.num_input_ports())
             )
             ctx = self.leaf_contexts[li]._with_inputs(inputs)
@@ -133,14 +131,10 @@ class Diagram(System):
         for k, (pname, targets) in enumerate(blueprint.exported_inputs):
             si, ii = targets[0]
             model = self.subsystems[si].get_input_port(ii)
-            spec.input_ports.append(
-                InputPort(self, k, pname, model.get_data_type(), model.size(), model.get_model())
-            )
+            spec.input_ports.append(InputPort(self, k, pname, model.get_data_type(), model.size(), model.get_model()))
         for k, (pname, (so, oo)) in enumerate(blueprint.exported_outputs):
             model = self.subsystems[so].get_output_port(oo)
-            spec.output_ports.append(
-                OutputPort(self, k, pname, model.get_data_type(), model.size(), model.get_model())
-            )
+            spec.output_ports.append(OutputPort(self, k, pname, model.get_data_type(), model.size(), model.get_model()))
 
     # ===== structure ===========================================================================
     def get_systems(self) -> list[System]:
@@ -205,8 +199,7 @@ class Diagram(System):
         found = search(self, ())
         if found is None:
             raise JaxsysError(
-                f"System {system.get_system_id_string()} is not a subsystem of Diagram "
-                f"{self.get_system_id_string()}."
+                f"System {system.get_system_id_string()} is not a subsystem of Diagram {self.get_system_id_string()}."
             )
         return found
 

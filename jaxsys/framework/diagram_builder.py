@@ -43,9 +43,7 @@ class DiagramBuilder:
         """
         self._check_not_built("add_system")
         if not isinstance(system, System):
-            raise DiagramBuildError(
-                f"DiagramBuilder.add_system expects a System, got {type(system).__name__}."
-            )
+            raise DiagramBuildError(f"DiagramBuilder.add_system expects a System, got {type(system).__name__}.")
         spec = system._spec
         if spec.in_builder is not None or spec.parent is not None:
             where = "this DiagramBuilder" if spec.in_builder is self else "another DiagramBuilder or Diagram"
@@ -159,8 +157,7 @@ class DiagramBuilder:
             dest = dest.get_input_port()
         if not isinstance(src, OutputPort) or not isinstance(dest, InputPort):
             raise DiagramBuildError(
-                f"DiagramBuilder.connect(output_port, input_port): got "
-                f"({type(src).__name__}, {type(dest).__name__})."
+                f"DiagramBuilder.connect(output_port, input_port): got ({type(src).__name__}, {type(dest).__name__})."
             )
         out_key = self._locate(src, "connect")
         in_key = self._locate(dest, "connect")
@@ -215,9 +212,7 @@ class DiagramBuilder:
                 f"DiagramBuilder.connect_input: {input_port.get_full_description()} is already {taken}."
             )
         first = self.exported_inputs[k][1][0]
-        self._check_compatible(
-            self.systems[first[0]].get_input_port(first[1]), input_port, "connect_input"
-        )
+        self._check_compatible(self.systems[first[0]].get_input_port(first[1]), input_port, "connect_input")
         self.exported_inputs[k][1].append(key)
 
     def export_output(self, output_port: OutputPort, name: str | None = None) -> int:

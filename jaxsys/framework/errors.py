@@ -45,3 +45,7 @@ class ConstraintError(JaxsysError, ValueError):
 
 class DeclarationError(JaxsysError, ValueError):
     """A ``declare_*`` call was given bad arguments."""
+
+
+class MissingOverrideError(JaxsysError, NotImplementedError):
+    """A system declared something (e.g. continuous state) without overriding the method computing it."""

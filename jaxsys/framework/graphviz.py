@@ -54,12 +54,8 @@ def graphviz_fragment(system: System, max_depth: int) -> list[str]:
     """dot lines describing ``system`` (a record node, or a cluster for a diagram)."""
     name = system.get_name() or "_"
     if not _is_diagram(system) or max_depth <= 0:
-        ins = "|".join(
-            f"<u{p.get_index()}> {_esc(p.get_name())}" for p in system._spec.input_ports
-        )
-        outs = "|".join(
-            f"<y{p.get_index()}> {_esc(p.get_name())}" for p in system._spec.output_ports
-        )
+        ins = "|".join(f"<u{p.get_index()}> {_esc(p.get_name())}" for p in system._spec.input_ports)
+        outs = "|".join(f"<y{p.get_index()}> {_esc(p.get_name())}" for p in system._spec.output_ports)
         title = f"{_esc(name)}\\n{_esc(type(system).__name__)}"
         label = "{" + "{" + ins + "}|" + title + "|{" + outs + "}" + "}"
         return [f"{_node(system)} [shape=record, label={_quote(label)}];"]
@@ -69,21 +65,16 @@ def graphviz_fragment(system: System, max_depth: int) -> list[str]:
         "style=rounded;",
     ]
     for p in system._spec.input_ports:
-        lines.append(
-            f"{_node(system)}_u{p.get_index()} [shape=ellipse, style=dashed, label={_quote(p.get_name())}];"
-        )
+        lines.append(f"{_node(system)}_u{p.get_index()} [shape=ellipse, style=dashed, label={_quote(p.get_name())}];")
     for p in system._spec.output_ports:
-        lines.append(
-            f"{_node(system)}_y{p.get_index()} [shape=ellipse, style=dashed, label={_quote(p.get_name())}];"
-        )
+        lines.append(f"{_node(system)}_y{p.get_index()} [shape=ellipse, style=dashed, label={_quote(p.get_name())}];")
     subs = system.subsystems  # type: ignore[attr-defined]
     for s in subs:
         lines.extend(graphviz_fragment(s, max_depth - 1))
     spec = system._spec
     for (si, ii), (so, oo) in spec.connections.items():
         lines.append(
-            f"{output_port_token(subs[so], oo, max_depth - 1)} -> "
-            f"{input_port_token(subs[si], ii, max_depth - 1)};"
+            f"{output_port_token(subs[so], oo, max_depth - 1)} -> {input_port_token(subs[si], ii, max_depth - 1)};"
         )
     for k, targets in enumerate(spec.input_targets):
         for si, ii in targets:

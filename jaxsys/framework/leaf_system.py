@@ -41,7 +41,13 @@ from .context import (
     State,
     as_float_array,
 )
-from .errors import DeclarationError, InputPortNotConnectedError, PortError, StateError
+from .errors import (
+    DeclarationError,
+    InputPortNotConnectedError,
+    MissingOverrideError,
+    PortError,
+    StateError,
+)
 from .feedthrough import jaxpr_dependencies
 from .ports import ABSTRACT, VECTOR, InputPort, OutputPort, abstract_signature
 from .system import System
@@ -188,14 +194,14 @@ class LeafSystem(System):
 
         Give a size (zeros) or a default vector. May be called several times; returns the group index.
         """
-        if np.ndim(size_or_default) == 0 and float(size_or_default).is_integer() and isinstance(
-            size_or_default, (int, np.integer)
+        if (
+            np.ndim(size_or_default) == 0
+            and float(size_or_default).is_integer()
+            and isinstance(size_or_default, (int, np.integer))
         ):
             n = int(size_or_default)
             if n < 0:
-                raise DeclarationError(
-                    f"declare_discrete_state on System {self.get_system_id_string()}: size {n} < 0."
-                )
+                raise DeclarationError(f"declare_discrete_state on System {self.get_system_id_string()}: size {n} < 0.")
             default = np.zeros(n)
         else:
             default = np.asarray(size_or_default, dtype=float).reshape(-1)
@@ -238,9 +244,7 @@ class LeafSystem(System):
                 f"System {self.get_system_id_string()}: a port name must be a non-empty string; got {name!r}."
             )
         if any(p.get_name() == name for p in ports):
-            raise DeclarationError(
-                f"System {self.get_system_id_string()} already has an {kind} port named {name!r}."
-            )
+            raise DeclarationError(f"System {self.get_system_id_string()} already has an {kind} port named {name!r}.")
         return name
 
     def _vector_size(self, size_or_model: Any, what: str) -> int:
@@ -351,9 +355,7 @@ class LeafSystem(System):
                     f"{len(spec.discrete_defaults)} discrete state group(s); index {k} given."
                 )
             size = spec.discrete_defaults[k].shape[0]
-            return self._declare_output(
-                name, VECTOR, size, None, lambda ctx: ctx.state.discrete_state.groups[k], False
-            )
+            return self._declare_output(name, VECTOR, size, None, lambda ctx: ctx.state.discrete_state.groups[k], False)
         if isinstance(state_index, AbstractStateIndex):
             k = int(state_index)
             if not 0 <= k < len(spec.abstract_defaults):
@@ -362,8 +364,12 @@ class LeafSystem(System):
                     f"{len(spec.abstract_defaults)} abstract state(s); index {k} given."
                 )
             return self._declare_output(
-                name, ABSTRACT, 0, spec.abstract_defaults[k],
-                lambda ctx: ctx.state.abstract_state.values[k], False,
+                name,
+                ABSTRACT,
+                0,
+                spec.abstract_defaults[k],
+                lambda ctx: ctx.state.abstract_state.values[k],
+                False,
             )
         if isinstance(state_index, ContinuousStateIndex) or state_index == "continuous":
             if not spec.continuous_declared:
@@ -372,9 +378,7 @@ class LeafSystem(System):
                     f"no continuous state; declare it first."
                 )
             n = spec.num_q + spec.num_v + spec.num_z
-            return self._declare_output(
-                name, VECTOR, n, None, lambda ctx: ctx.state.continuous_state.x, False
-            )
+            return self._declare_output(name, VECTOR, n, None, lambda ctx: ctx.state.continuous_state.x, False)
         raise DeclarationError(
             f"declare_state_output_port({name!r}) on System {self.get_system_id_string()}: expected "
             f"a ContinuousStateIndex, DiscreteStateIndex or AbstractStateIndex; got {state_index!r}."
@@ -398,7 +402,7 @@ class LeafSystem(System):
         """Override: return xdot, shape ``(num_q + num_v + num_z,)`` (Drake: ``DoCalcTimeDerivatives``)."""
         if self._spec.num_q + self._spec.num_v + self._spec.num_z == 0:
             return jnp.zeros((0,), context.time.dtype)
-        raise NotImplementedError(
+        raise MissingOverrideError(
             f"System {self.get_system_id_string()} declares continuous state but does not override "
             f"do_calc_time_derivatives(context)."
         )
@@ -429,7 +433,7 @@ class LeafSystem(System):
 
     def _identity_map(self, vec: jax.Array, what: str) -> jax.Array:
         if self._spec.num_q != self._spec.num_v:
-            raise NotImplementedError(
+            raise MissingOverrideError(
                 f"System {self.get_system_id_string()} has num_q={self._spec.num_q} != "
                 f"num_v={self._spec.num_v}, so the identity map does not apply: override {what}."
             )
@@ -440,9 +444,7 @@ class LeafSystem(System):
         spec = self._spec
         sid = self.get_system_id()
         x0 = spec.x0 if spec.x0 is not None else np.zeros(0)
-        cs = ContinuousState(
-            jnp.asarray(x0, dtype=dtype), spec.num_q, spec.num_v, spec.num_z, sid
-        )
+        cs = ContinuousState(jnp.asarray(x0, dtype=dtype), spec.num_q, spec.num_v, spec.num_z, sid)
         dv = DiscreteValues(tuple(jnp.asarray(d, dtype=dtype) for d in spec.discrete_defaults), sid)
         av = AbstractValues(
             tuple(jax.tree_util.tree_map(_as_array_like(dtype), a) for a in spec.abstract_defaults), sid
@@ -491,7 +493,9 @@ class LeafSystem(System):
     def _calc_output_raw(self, context: Context, index: int) -> Any:
         port = self._spec.output_ports[index]
         value = _call(self, self._spec.output_calcs[index], context)
-        return port.check_value(value, f"The calc of {port.get_full_description()} returned a value that does not match")
+        return port.check_value(
+            value, f"The calc of {port.get_full_description()} returned a value that does not match"
+        )
 
     def _calc_time_derivatives_raw(self, context: Context) -> jax.Array:
         spec = self._spec

@@ -35,9 +35,7 @@ def abstract_signature(model: Any) -> tuple[Any, tuple[tuple[int, ...], ...]]:
 class _Port:
     __slots__ = ("_system", "_index", "_name", "_kind", "_size", "_model")
 
-    def __init__(
-        self, system: System, index: int, name: str, kind: str, size: int, model: Any
-    ) -> None:
+    def __init__(self, system: System, index: int, name: str, kind: str, size: int, model: Any) -> None:
         self._system = system
         self._index = index
         self._name = name

@@ -142,8 +142,7 @@ class System(eqx.Module):
         idx = int(which)
         if not 0 <= idx < len(ports):
             raise PortError(
-                f"System {self.get_system_id_string()} has {len(ports)} {kind} port(s); "
-                f"index {idx} is out of range."
+                f"System {self.get_system_id_string()} has {len(ports)} {kind} port(s); index {idx} is out of range."
             )
         return ports[idx]
 
@@ -196,7 +195,10 @@ class System(eqx.Module):
         return self._allocate_context(dtype or default_float_dtype())
 
     def allocate_context(self, dtype: Any = None) -> Context:
-        """Same as :meth:`create_default_context`: allocation and defaults are one step here (Drake: ``AllocateContext``)."""
+        """Same as :meth:`create_default_context` (Drake: ``AllocateContext``).
+
+        Allocation and setting defaults are one step in jaxsys.
+        """
         return self.create_default_context(dtype)
 
     def set_default_context(self, context: Context) -> Context:
@@ -233,9 +235,7 @@ class System(eqx.Module):
 
     def allocate_output(self) -> SystemOutput:
         """A SystemOutput of zero values, one per output port (Drake: ``AllocateOutput``)."""
-        return SystemOutput(
-            tuple(p.allocate() for p in self._spec.output_ports), self.get_system_id()
-        )
+        return SystemOutput(tuple(p.allocate() for p in self._spec.output_ports), self.get_system_id())
 
     def allocate_input_vector(self, port: InputPort) -> jax.Array:
         """A zero vector for a vector input port (Drake: ``AllocateInputVector``)."""
@@ -260,9 +260,7 @@ class System(eqx.Module):
 
     def _check_own_port(self, port: Any) -> None:
         if port.get_system() is not self:
-            raise PortError(
-                f"{port.get_full_description()} does not belong to System {self.get_system_id_string()}."
-            )
+            raise PortError(f"{port.get_full_description()} does not belong to System {self.get_system_id_string()}.")
 
     # ===== compatibility =======================================================================
     def validate_context(self, context: Any) -> None:
@@ -271,9 +269,7 @@ class System(eqx.Module):
         Drake: ``ValidateContext`` / ``ValidateCreatedForThisSystem``.
         """
         if not isinstance(context, Context):
-            raise JaxsysError(
-                f"System {self.get_system_id_string()} expected a Context, got {type(context).__name__}."
-            )
+            raise JaxsysError(f"System {self.get_system_id_string()} expected a Context, got {type(context).__name__}.")
         validate_created_for(self, context, "Context")
 
     def check_valid_context(self, context: Context) -> None:
@@ -463,8 +459,7 @@ class System(eqx.Module):
         cons = self._all_constraints()
         if not 0 <= int(index) < len(cons):
             raise ConstraintError(
-                f"System {self.get_system_id_string()} has {len(cons)} constraint(s); index {index} "
-                f"is out of range."
+                f"System {self.get_system_id_string()} has {len(cons)} constraint(s); index {index} is out of range."
             )
         return cons[int(index)][0]
 
@@ -505,9 +500,7 @@ class System(eqx.Module):
         self.validate_context(context)
         return jnp.asarray(self.do_eval_constraint_equations_dot(context))
 
-    def calc_velocity_change_from_constraint_impulses(
-        self, context: Context, J: Any, lam: Any
-    ) -> jax.Array:
+    def calc_velocity_change_from_constraint_impulses(self, context: Context, J: Any, lam: Any) -> jax.Array:
         """Δv from constraint impulses λ through the constraint Jacobian J (Drake: same name).
 
         The default assumes a unit generalized inertia: Δv = Jᵀ λ. Override
@@ -536,9 +529,7 @@ class System(eqx.Module):
         _, gdot = jax.jvp(g, (x, context.time), (xdot, jnp.ones_like(context.time)))
         return gdot
 
-    def do_calc_velocity_change_from_constraint_impulses(
-        self, context: Context, J: Any, lam: Any
-    ) -> jax.Array:
+    def do_calc_velocity_change_from_constraint_impulses(self, context: Context, J: Any, lam: Any) -> jax.Array:
         """Override point; default Jᵀ λ (unit inertia)."""
         J = jnp.asarray(J)
         lam = jnp.asarray(lam)
@@ -560,9 +551,7 @@ class System(eqx.Module):
         self.validate_context(context)
         return jnp.array(context.get_continuous_state_vector(), copy=True)
 
-    def fix_input_ports_from(
-        self, other_system: System, other_context: Context, target_context: Context
-    ) -> Context:
+    def fix_input_ports_from(self, other_system: System, other_context: Context, target_context: Context) -> Context:
         """Fix every input port of ``target_context`` to its value in ``other_context``.
 
         The two systems must have the same ports (e.g. the same model built twice, or one for
@@ -683,7 +672,8 @@ class ConstraintReport:
         for c, value, v in self.rows:
             status = "ok" if v <= self.tol else "VIOLATED"
             lines.append(
-                f"  [{status}] {c.description()} on {c.get_system_path()}: value {np.array2string(value, precision=6)}, "
+                f"  [{status}] {c.description()} on {c.get_system_path()}: "
+                f"value {np.array2string(value, precision=6)}, "
                 f"bounds [{c.lower_text()}, {c.upper_text()}], violation {v:.3g}"
             )
         return "\n".join(lines)

@@ -1,0 +1,24 @@
+"""Test configuration: double precision everywhere (tolerances below assume it)."""
+
+import jax
+
+
+jax.config.update("jax_enable_x64", True)
+
+import json
+import pathlib
+
+import pytest
+
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def load_drake(name: str) -> dict:
+    """Reference data produced by Drake 1.51.1 (see tests/data/README.md)."""
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def drake_x4():
+    return load_drake("X4")
