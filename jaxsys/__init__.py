@@ -50,6 +50,26 @@ from .framework.system import ConstraintReport as ConstraintReport, System as Sy
 __version__ = "0.1.0"
 
 from . import examples as examples, primitives as primitives
+from .analysis.integrators import (
+    ALL_INTEGRATORS as ALL_INTEGRATORS,
+    BogackiShampine3Integrator as BogackiShampine3Integrator,
+    ExplicitEulerIntegrator as ExplicitEulerIntegrator,
+    ImplicitEulerIntegrator as ImplicitEulerIntegrator,
+    IntegratorBase as IntegratorBase,
+    RadauIntegrator as RadauIntegrator,
+    RungeKutta2Integrator as RungeKutta2Integrator,
+    RungeKutta3Integrator as RungeKutta3Integrator,
+    RungeKutta4Integrator as RungeKutta4Integrator,
+    RungeKutta5Integrator as RungeKutta5Integrator,
+    SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
+)
+from .analysis.simulator import (
+    STATUS_MESSAGES as STATUS_MESSAGES,
+    IntegratorStatistics as IntegratorStatistics,
+    SimulationResult as SimulationResult,
+    Simulator as Simulator,
+    simulate as simulate,
+)
 from .primitives import (
     Adder as Adder,
     ConstantVectorSource as ConstantVectorSource,

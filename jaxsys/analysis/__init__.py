@@ -1,0 +1,1 @@
+"""Integrators and simulation (Drake's systems/analysis)."""
