@@ -22,3 +22,8 @@ def load_drake(name: str) -> dict:
 @pytest.fixture(scope="session")
 def drake_x4():
     return load_drake("X4")
+
+
+@pytest.fixture(scope="session")
+def drake():
+    return load_drake

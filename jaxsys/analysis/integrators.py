@@ -152,6 +152,8 @@ class _ExplicitRK(IntegratorBase):
     b_err: ClassVar[tuple[float, ...] | None] = None  # x_err = h * sum (b - b_hat) k
 
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
+        if aux is not None and aux.get("rolled", False) and len(self.c) > 1:
+            return self._attempt_rolled(f, t, x, h)
         ks: list[Array] = []
         for i, ci in enumerate(self.c):
             xi = x
@@ -163,13 +165,30 @@ class _ExplicitRK(IntegratorBase):
         for bi, ki in zip(self.b, ks):
             if bi != 0.0:
                 x_new = x_new + (h * bi) * ki
-        if self.b_err is None:
-            err = jnp.zeros_like(x)
-        else:
-            err = jnp.zeros_like(x)
+        err = jnp.zeros_like(x)
+        if self.b_err is not None:
             for ei, ki in zip(self.b_err, ks):
                 if ei != 0.0:
                     err = err + (h * ei) * ki
+        return x_new, err, jnp.array(True)
+
+    def _attempt_rolled(self, f: VectorField, t: Array, x: Array, h: Array) -> tuple[Array, Array, Array]:
+        """The same step with the stages in a loop: one traced copy of ``f`` (for large diagrams,
+        where compile time, not the loop overhead, dominates)."""
+        s = len(self.c)
+        A = np.zeros((s, s))
+        for i, row in enumerate(self.A):
+            A[i, : len(row)] = row
+        A_ = jnp.asarray(A, x.dtype)
+        c_ = jnp.asarray(self.c, x.dtype)
+
+        def stage(i: Array, K: Array) -> Array:
+            xi = x + h * (A_[i] @ K)
+            return K.at[i].set(f(t + c_[i] * h, xi))
+
+        K = jax.lax.fori_loop(0, s, stage, jnp.zeros((s,) + x.shape, x.dtype))
+        x_new = x + h * (jnp.asarray(self.b, x.dtype) @ K)
+        err = jnp.zeros_like(x) if self.b_err is None else h * (jnp.asarray(self.b_err, x.dtype) @ K)
         return x_new, err, jnp.array(True)
 
 
@@ -273,7 +292,7 @@ class SemiExplicitEulerIntegrator(IntegratorBase):
     num_stages: ClassVar[int] = 1
 
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
-        nq, nv, v_to_qdot = aux
+        nq, nv, v_to_qdot = aux["num_q"], aux["num_v"], aux["v_to_qdot"]
         xdot = f(t, x)
         v1 = x[nq : nq + nv] + h * xdot[nq : nq + nv]
         qdot = v_to_qdot(t, x, v1)

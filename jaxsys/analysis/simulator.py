@@ -42,6 +42,7 @@ from .integrators import IntegratorBase, RungeKutta3Integrator, SemiExplicitEule
 
 Array = jax.Array
 
+ROLLED_STAGES_MIN_LEAVES = 16
 STATUS_OK = 0
 STATUS_MAX_STEPS = 1
 STATUS_MIN_STEP = 2
@@ -226,11 +227,13 @@ def simulate(
     def f(t: Array, x: Array) -> Array:
         return system._calc_time_derivatives_raw(ctx_at(t, x))
 
-    aux = (
-        cs.num_q,
-        cs.num_v,
-        lambda t, x, v: system._map_raw(ctx_at(t, x), v, "v_to_qdot"),
-    )
+    aux = {
+        "num_q": cs.num_q,
+        "num_v": cs.num_v,
+        "v_to_qdot": lambda t, x, v: system._map_raw(ctx_at(t, x), v, "v_to_qdot"),
+        # Large diagrams: evaluate RK stages in a loop so the dynamics are traced and compiled once.
+        "rolled": len(context._leaf_contexts()) > ROLLED_STAGES_MIN_LEAVES,
+    }
 
     fixed = integrator.get_fixed_step_mode()
     h_fixed = integrator.max_step_size

@@ -318,9 +318,9 @@ class Context(eqx.Module):
     def get_continuous_state(self) -> ContinuousState:
         """The continuous state, Drake's [q, v, z] ordering (Drake: ``get_continuous_state``)."""
         parts = self._continuous_parts()
-        qs = [c.get_generalized_position() for c in parts]
-        vs = [c.get_generalized_velocity() for c in parts]
-        zs = [c.get_misc_continuous_state() for c in parts]
+        qs = [c.get_generalized_position() for c in parts if c.num_q]
+        vs = [c.get_generalized_velocity() for c in parts if c.num_v]
+        zs = [c.get_misc_continuous_state() for c in parts if c.num_z]
         if len(parts) == 1:
             x = parts[0].x
         else:
@@ -363,15 +363,11 @@ class Context(eqx.Module):
             oq, ov, oz = 0, nq, nq + nv
             new_parts = []
             for c in parts:
-                new_parts.append(
-                    jnp.concatenate(
-                        [
-                            x[oq : oq + c.num_q],
-                            x[ov : ov + c.num_v],
-                            x[oz : oz + c.num_z],
-                        ]
-                    )
-                )
+                pieces = [x[o : o + k] for o, k in ((oq, c.num_q), (ov, c.num_v), (oz, c.num_z)) if k > 0]
+                if not pieces:
+                    new_parts.append(x[0:0])
+                else:
+                    new_parts.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces))
                 oq, ov, oz = oq + c.num_q, ov + c.num_v, oz + c.num_z
         new_leaves = []
         for leaf, c, xi in zip(leaves, parts, new_parts):

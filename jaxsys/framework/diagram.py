@@ -307,10 +307,16 @@ class Diagram(System):
         for li in self._continuous_leaves():
             leaf = ev.leaves[li]
             xdot = leaf._calc_time_derivatives_raw(ev.leaf_context(li))
-            nq, nv = leaf._spec.num_q, leaf._spec.num_v
-            qs.append(xdot[:nq])
-            vs.append(xdot[nq : nq + nv])
-            zs.append(xdot[nq + nv :])
+            nq, nv, nz = leaf._spec.num_q, leaf._spec.num_v, leaf._spec.num_z
+            if nq + nv == 0:
+                zs.append(xdot)
+                continue
+            if nq:
+                qs.append(xdot[:nq])
+            if nv:
+                vs.append(xdot[nq : nq + nv])
+            if nz:
+                zs.append(xdot[nq + nv :])
         pieces = [p for p in qs + vs + zs if p.shape[0] > 0]
         if not pieces:
             return jnp.zeros((0,), context.time.dtype)

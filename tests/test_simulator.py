@@ -1,0 +1,279 @@
+"""simulate(): order of accuracy, energy behaviour, gradients, vmap, errors, Simulator."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsys as js
+from jaxsys.examples import Pendulum, SpringMassDamper, VanDerPol
+
+
+def oscillator(c=0.0):
+    s = SpringMassDamper(1.0, 1.0, c, has_input=False)  # q'' = -q: q = cos t
+    return s, s.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+
+
+FIXED = [
+    (js.ExplicitEulerIntegrator, 1),
+    (js.SemiExplicitEulerIntegrator, 1),
+    (js.RungeKutta2Integrator, 2),
+    (js.RungeKutta3Integrator, 3),
+    (js.BogackiShampine3Integrator, 3),
+    (js.RungeKutta4Integrator, 4),
+    (js.RungeKutta5Integrator, 5),
+    (js.ImplicitEulerIntegrator, 1),
+    (js.RadauIntegrator, 3),
+]
+
+
+@pytest.mark.parametrize("cls,order", FIXED, ids=[c.__name__ for c, _ in FIXED])
+def test_convergence_order(cls, order):
+    s, ctx = oscillator()
+    T = 1.0
+    hs = [0.1, 0.05] if order < 5 else [0.2, 0.1]
+    errs = []
+    for h in hs:
+        r = js.simulate(s, ctx, T, cls(max_step_size=h, fixed_step_mode=True))
+        x = r.context.get_continuous_state_vector()
+        errs.append(float(jnp.max(jnp.abs(x - jnp.array([np.cos(T), -np.sin(T)])))))
+    measured = np.log2(errs[0] / errs[1])
+    assert abs(measured - order) < 0.35, (errs, measured)
+
+
+def test_symplectic_energy_bounded_explicit_euler_not():
+    s, ctx = oscillator()
+    e0 = 0.5
+    n = 100_000
+    h = 1e-2
+    r = js.simulate(s, ctx, n * h, js.SemiExplicitEulerIntegrator(max_step_size=h), save_at=jnp.linspace(h, n * h, 200))
+    energies = 0.5 * jnp.sum(r.ys**2, axis=1)
+    assert float(jnp.max(jnp.abs(energies - e0))) < 0.01  # O(h) oscillation, no drift
+    r2 = js.simulate(s, ctx, n * h, js.ExplicitEulerIntegrator(max_step_size=h), save_at=jnp.array([n * h]))
+    assert float(0.5 * jnp.sum(r2.ys[-1] ** 2)) > 100 * e0  # (1+h^2)^n growth
+
+
+def test_error_control_meets_accuracy():
+    p = Pendulum()
+    ctx = p.get_input_port(0).fix_value(p.create_default_context(), [0.0]).with_continuous_state(jnp.array([1.0, 0.0]))
+    ref = js.simulate(p, ctx, 5.0, js.RungeKutta5Integrator(max_step_size=1e-3, fixed_step_mode=True))
+    xref = ref.context.get_continuous_state_vector()
+    for cls in (
+        js.RungeKutta3Integrator,
+        js.BogackiShampine3Integrator,
+        js.RungeKutta5Integrator,
+        js.ImplicitEulerIntegrator,
+        js.RadauIntegrator,
+    ):
+        errs = []
+        for acc in (1e-4, 1e-6):
+            r = js.simulate(p, ctx, 5.0, cls(max_step_size=0.1, target_accuracy=acc))
+            errs.append(float(jnp.max(jnp.abs(r.context.get_continuous_state_vector() - xref))))
+        # tighter accuracy -> smaller global error; a first-order method (implicit Euler) only
+        # reduces it ~10x for 100x accuracy (h ~ sqrt(accuracy)).
+        bound = 0.05 if cls is js.ImplicitEulerIntegrator else 1e-3
+        assert errs[1] < errs[0] and errs[1] < bound, (cls.__name__, errs)
+
+
+@pytest.mark.slow
+def test_stiff_van_der_pol_against_scipy_radau():
+    from scipy.integrate import solve_ivp
+
+    mu = 1000.0
+    v = VanDerPol(mu=mu)
+    ctx = v.create_default_context()
+
+    def rhs(t, y):
+        return [y[1], -y[0] + mu * (1 - y[0] ** 2) * y[1]]
+
+    sol = solve_ivp(rhs, (0, 3000), [2.0, 0.0], method="Radau", rtol=1e-10, atol=1e-10)
+    for cls in (js.RadauIntegrator, js.ImplicitEulerIntegrator):
+        r = js.simulate(v, ctx, 3000.0, cls(max_step_size=50.0, target_accuracy=1e-6, max_steps=200_000))
+        np.testing.assert_allclose(r.context.get_continuous_state_vector()[0], sol.y[0, -1], atol=2e-2)
+
+
+def test_stiff_van_der_pol_short_horizon_against_scipy():
+    from scipy.integrate import solve_ivp
+
+    mu = 1000.0
+    v = VanDerPol(mu=mu)
+    ctx = v.create_default_context()
+    sol = solve_ivp(
+        lambda t, y: [y[1], -y[0] + mu * (1 - y[0] ** 2) * y[1]],
+        (0, 300),
+        [2.0, 0.0],
+        method="Radau",
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    r = js.simulate(v, ctx, 300.0, js.RadauIntegrator(max_step_size=20.0, target_accuracy=1e-6))
+    np.testing.assert_allclose(r.context.get_continuous_state_vector()[0], sol.y[0, -1], atol=1e-3)
+    assert int(r.stats.num_steps_taken) < 2000  # an explicit method would need ~1e5 steps
+
+
+GRAD_CASES = [
+    js.RungeKutta4Integrator(max_step_size=0.01),
+    js.SemiExplicitEulerIntegrator(max_step_size=0.01),
+    js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-7),
+    js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-9),
+    js.RadauIntegrator(max_step_size=0.05, target_accuracy=1e-7),
+    js.ImplicitEulerIntegrator(max_step_size=0.01, fixed_step_mode=True),
+]
+
+
+@pytest.mark.parametrize(
+    "integrator", GRAD_CASES, ids=lambda i: f"{type(i).__name__}-{'fixed' if i.get_fixed_step_mode() else 'ec'}"
+)
+def test_gradients_match_finite_differences(integrator):
+    p = Pendulum()
+    base = p.get_input_port(0).fix_value(p.create_default_context(), [0.2])
+
+    def final(theta0, length, damping):
+        c = base.with_continuous_state(jnp.stack([theta0, 0.0]))
+        c = c.with_numeric_parameter(0, jnp.stack([1.0, length, damping, 9.81]))
+        r = js.simulate(p, c, 1.0, integrator)
+        return r.context.get_continuous_state_vector()
+
+    args = (jnp.array(0.8), jnp.array(1.2), jnp.array(0.3))
+    J_rev = jax.jacrev(final, argnums=(0, 1, 2))(*args)
+    J_fwd = jax.jacfwd(final, argnums=(0, 1, 2))(*args)
+    eps = 1e-6
+    for i in range(3):
+        up = list(args)
+        dn = list(args)
+        up[i] = up[i] + eps
+        dn[i] = dn[i] - eps
+        fd = (final(*up) - final(*dn)) / (2 * eps)
+        # error-controlled: the step sequence depends on the parameters, so FD sees the
+        # (tiny) tolerance-level jumps; the derivative of the discrete solution is exact.
+        tol = 1e-6 if integrator.get_fixed_step_mode() else 2e-4
+        np.testing.assert_allclose(J_rev[i], fd, rtol=tol, atol=tol)
+        np.testing.assert_allclose(J_fwd[i], J_rev[i], rtol=1e-10, atol=1e-12)
+
+
+def test_grad_of_loss_over_recorded_samples():
+    p = Pendulum()
+    base = p.get_input_port(0).fix_value(p.create_default_context(), [0.0]).with_continuous_state(jnp.array([1.0, 0.0]))
+    ts = jnp.linspace(0.1, 2.0, 20)
+    target = js.simulate(
+        p,
+        base.with_numeric_parameter(0, jnp.array([1.0, 1.3, 0.2, 9.81])),
+        2.0,
+        js.RungeKutta4Integrator(max_step_size=0.01),
+        save_at=ts,
+    ).ys[:, 0]
+
+    @jax.jit
+    def loss(params):
+        c = base.with_numeric_parameter(0, jnp.concatenate([jnp.array([1.0]), params, jnp.array([9.81])]))
+        r = js.simulate(p, c, 2.0, js.RungeKutta4Integrator(max_step_size=0.01), save_at=ts)
+        return jnp.mean((r.ys[:, 0] - target) ** 2)
+
+    x = jnp.array([1.0, 0.1])
+    g = jax.grad(loss)(x)
+    eps = 1e-6
+    fd = jnp.array([(loss(x + eps * e) - loss(x - eps * e)) / (2 * eps) for e in jnp.eye(2)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+    assert float(loss(jnp.array([1.3, 0.2]))) < 1e-20
+
+
+def test_vmap_batch_equals_separate_runs():
+    p = Pendulum()
+    base = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
+    key = jax.random.PRNGKey(0)
+    thetas = jax.random.uniform(key, (64,), minval=0.1, maxval=1.5)
+    lengths = jax.random.uniform(jax.random.PRNGKey(1), (64,), minval=0.5, maxval=2.0)
+
+    def make(th, l):
+        return base.with_continuous_state(jnp.stack([th, 0.0])).with_numeric_parameter(
+            0, jnp.stack([1.0, l, 0.1, 9.81])
+        )
+
+    integrator = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
+    run = eqx.filter_jit(lambda c: js.simulate(p, c, 2.0, integrator, save_at=jnp.array([1.0, 2.0])))
+    batch = jax.vmap(run)(jax.vmap(make)(thetas, lengths))
+    for i in (0, 17, 63):
+        single = run(make(thetas[i], lengths[i]))
+        np.testing.assert_allclose(batch.ys[i], single.ys, rtol=1e-13, atol=1e-15)
+        assert int(batch.stats.num_steps_taken[i]) == int(single.stats.num_steps_taken)
+
+
+def test_final_context_agrees_with_recording_at_t_final():
+    s, ctx = oscillator(0.1)
+    for integ in (js.RungeKutta4Integrator(max_step_size=0.01), js.RungeKutta5Integrator(target_accuracy=1e-8)):
+        r = js.simulate(s, ctx, 3.0, integ, save_at=jnp.array([1.0, 3.0]))
+        np.testing.assert_array_equal(r.ys[-1], r.context.get_continuous_state_vector())
+        assert float(r.context.get_time()) == 3.0
+
+
+def test_resume_from_final_context_equals_one_run():
+    s, ctx = oscillator(0.1)
+    integ = js.RungeKutta4Integrator(max_step_size=0.01)
+    one = js.simulate(s, ctx, 2.0, integ)
+    half = js.simulate(s, ctx, 1.0, integ)
+    two = js.simulate(s, half.context, 2.0, integ)
+    np.testing.assert_allclose(
+        two.context.get_continuous_state_vector(), one.context.get_continuous_state_vector(), rtol=1e-13
+    )
+
+
+def test_failures_are_reported_not_silent():
+    s, ctx = oscillator()
+    r = js.simulate(s, ctx, 10.0, js.RungeKutta3Integrator(target_accuracy=1e-6, max_steps=20), throw=False)
+    assert int(r.status) == 1 and "max_steps" in r.message()
+    with pytest.raises(Exception, match="maximum number of integrator step attempts"):
+        js.simulate(s, ctx, 10.0, js.RungeKutta3Integrator(target_accuracy=1e-6, max_steps=20))
+
+    class Blowup(js.LeafSystem):
+        def __init__(self):
+            super().__init__("blowup")
+            self.declare_continuous_state(1, default=[1.0])
+
+        def do_calc_time_derivatives(self, context):
+            x = context.get_continuous_state_vector()
+            return x**3  # finite-time blow-up at t = 0.5
+
+    b = Blowup()
+    r = js.simulate(
+        b,
+        b.create_default_context(),
+        1.0,
+        js.RungeKutta3Integrator(target_accuracy=1e-6, requested_minimum_step_size=1e-6),
+        throw=False,
+    )
+    assert int(r.status) == 2 and "smaller than the minimum" in r.message()
+    r = js.simulate(b, b.create_default_context(), 1.0, js.RungeKutta4Integrator(max_step_size=0.01), throw=False)
+    assert int(r.status) == 3
+    with pytest.raises(js.JaxsysError, match="before the context's time"):
+        js.simulate(s, ctx.with_time(2.0), 1.0)
+
+
+def test_simulator_wrapper():
+    s, ctx = oscillator(0.1)
+    sim = js.Simulator(s, ctx, js.RungeKutta4Integrator(max_step_size=0.01))
+    sim.initialize()
+    sim.advance_to(1.0)
+    sim.advance_to(2.0)
+    ref = js.simulate(s, ctx, 2.0, js.RungeKutta4Integrator(max_step_size=0.01))
+    np.testing.assert_allclose(
+        sim.get_context().get_continuous_state_vector(), ref.context.get_continuous_state_vector(), rtol=1e-12
+    )
+    assert sim.get_num_steps_taken() == 200
+    sim.reset_integrator(js.RungeKutta5Integrator(target_accuracy=1e-9))
+    sim.advance_to(3.0)
+    assert float(sim.get_context().get_time()) == 3.0
+    with pytest.raises(js.JaxsysError, match="time cannot go backwards"):
+        sim.advance_to(1.0)
+
+
+def test_integrator_options_and_queries():
+    i = js.RungeKutta3Integrator()
+    assert i.supports_error_estimation() and i.get_error_estimate_order() == 3
+    assert not js.SemiExplicitEulerIntegrator().supports_error_estimation()
+    assert js.SemiExplicitEulerIntegrator().get_fixed_step_mode()
+    assert i.get_initial_step_size_target() == pytest.approx(0.01)
+    assert i.with_options(target_accuracy=1e-3).get_accuracy_in_use() == 1e-3
+    assert js.RungeKutta5Integrator().get_error_estimate_order() == 5
+    with pytest.raises(js.JaxsysError, match="max_step_size must be > 0"):
+        js.RungeKutta3Integrator(max_step_size=0.0)
