@@ -48,16 +48,23 @@ def main() -> None:
     context = diagram.create_default_context()
     integrator = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
     ts = jnp.linspace(0.0, 5.0, 251)
-    record = lambda c: jnp.concatenate([diagram.get_output_port("state").eval(c),  # noqa: E731
-                                        diagram.get_output_port("tau").eval(c)])
+    record = lambda c: jnp.concatenate(
+        [
+            diagram.get_output_port("state").eval(c),  # noqa: E731
+            diagram.get_output_port("tau").eval(c),
+        ]
+    )
 
     result = jax.jit(lambda c: js.simulate(diagram, c, 5.0, integrator, save_at=ts, record=record))(context)
     theta, thetadot, tau = result.ys.T
     stats = result.stats.as_dict()
     # Steady state of m l^2 th'' = kp (ref - th) - kd th' - b th' - m g l sin th:  kp (ref - th) = m g l sin th
     print(f"final angle        {float(theta[-1]): .6f} rad  (reference 0.5 rad; gravity leaves an offset)")
-    print(f"final torque       {float(tau[-1]): .6f} N m  (= m g l sin(theta) = {9.81 * float(jnp.sin(theta[-1])):.6f})")
-    print(f"integrator steps   {stats['num_steps_taken']}  derivative evaluations {stats['num_derivative_evaluations']}")
+    gravity = 9.81 * float(jnp.sin(theta[-1]))
+    print(f"final torque       {float(tau[-1]): .6f} N m  (= m g l sin(theta) = {gravity:.6f})")
+    print(
+        f"integrator steps   {stats['num_steps_taken']}  derivative evaluations {stats['num_derivative_evaluations']}"
+    )
 
     # Gradient of the final angle with respect to the controller gain kp (index 1 of the
     # diagram's numeric parameters: [pendulum params, controller params]).

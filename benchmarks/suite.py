@@ -1,0 +1,286 @@
+"""jaxsys benchmark suite (cases of SUITE.md): prints a table of compile and steady-state times for
+jaxsys, a hand-written pure-JAX loop of the same arithmetic (the floor), and Diffrax where installed,
+with ratios measured side by side in one process (medians of several runs).
+
+    python benchmarks/suite.py            # default sizes
+    python benchmarks/suite.py --full     # adds the 8192-pendulum batch
+    python benchmarks/suite.py --write    # also writes benchmarks/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import pathlib
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxsys as js  # noqa: E402
+from jaxsys.examples import Pendulum  # noqa: E402
+
+
+try:
+    import diffrax
+except ImportError:  # pragma: no cover
+    diffrax = None
+
+M, L, B, G = 1.0, 1.0, 0.1, 9.81
+
+
+def timeit(fn, *args, repeats=5):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    compile_s = time.perf_counter() - t
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        runs.append(time.perf_counter() - t)
+    return compile_s, statistics.median(runs)
+
+
+def pend_f(x, length=L):
+    th, w = x[..., 0], x[..., 1]
+    return jnp.stack([w, (-B * w - M * G * length * jnp.sin(th)) / (M * length * length)], axis=-1)
+
+
+def rk4_step(x, h, length=L):
+    k1 = pend_f(x, length)
+    k2 = pend_f(x + 0.5 * h * k1, length)
+    k3 = pend_f(x + 0.5 * h * k2, length)
+    k4 = pend_f(x + h * k3, length)
+    return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def pendulum():
+    p = Pendulum()
+    ctx = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
+    return p, ctx.with_continuous_state(jnp.array([1.0, 0.0]))
+
+
+def case_fixed_rk4_saved():
+    p, ctx = pendulum()
+    ts = jnp.linspace(0.1, 10.0, 100)
+    integ = js.RungeKutta4Integrator(max_step_size=1e-3)
+    ours = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts).ys)
+
+    @jax.jit
+    def hand(x0):
+        def outer(x, _):
+            x = jax.lax.fori_loop(0, 100, lambda i, x: rk4_step(x, 1e-3), x)
+            return x, x
+
+        return jax.lax.scan(outer, x0, None, length=100)[1]
+
+    rows = [("jaxsys", *timeit(ours, ctx)), ("hand-written scan", *timeit(hand, jnp.array([1.0, 0.0])))]
+    if diffrax is not None:
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
+        solver = diffrax.RK4() if hasattr(diffrax, "RK4") else diffrax.Tsit5()
+        sol = jax.jit(
+            lambda y0: (
+                diffrax.diffeqsolve(term, solver, 0.0, 10.0, 1e-3, y0, saveat=diffrax.SaveAt(ts=ts), max_steps=20000).ys
+            )
+        )
+        rows.append(("diffrax", *timeit(sol, jnp.array([1.0, 0.0]))))
+    return "S2c pendulum RK4 h=1e-3, 100 saved samples", rows
+
+
+def case_dopri():
+    p, ctx = pendulum()
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8)
+    ours = jax.jit(lambda c: js.simulate(p, c, 10.0, integ).context.get_continuous_state_vector())
+    rows = [("jaxsys", *timeit(ours, ctx))]
+    if diffrax is not None:
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
+        sol = jax.jit(
+            lambda y0: (
+                diffrax.diffeqsolve(
+                    term,
+                    diffrax.Dopri5(),
+                    0.0,
+                    10.0,
+                    0.01,
+                    y0,
+                    stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+                ).ys
+            )
+        )
+        rows.append(("diffrax Dopri5 rtol=atol=1e-8", *timeit(sol, jnp.array([1.0, 0.0]))))
+    return "S2b pendulum Dormand-Prince accuracy 1e-8", rows
+
+
+def case_rk3():
+    p, ctx = pendulum()
+    integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
+    ours = jax.jit(lambda c: js.simulate(p, c, 10.0, integ).context.get_continuous_state_vector())
+    rows = [("jaxsys", *timeit(ours, ctx))]
+    if diffrax is not None:
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
+        sol = jax.jit(
+            lambda y0: (
+                diffrax.diffeqsolve(
+                    term,
+                    diffrax.Bosh3(),
+                    0.0,
+                    10.0,
+                    0.01,
+                    y0,
+                    stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6),
+                    max_steps=100000,
+                ).ys
+            )
+        )
+        rows.append(("diffrax Bosh3 rtol=atol=1e-6", *timeit(sol, jnp.array([1.0, 0.0]))))
+    return "S2a pendulum RK3 accuracy 1e-6", rows
+
+
+def case_batch(n):
+    p, ctx = pendulum()
+    key = jax.random.PRNGKey(0)
+    th = jax.random.uniform(key, (n,), minval=0.1, maxval=1.5)
+    ln = jax.random.uniform(jax.random.PRNGKey(1), (n,), minval=0.5, maxval=2.0)
+    integ = js.RungeKutta4Integrator(max_step_size=1e-3)
+
+    def make(t, l):
+        return ctx.with_continuous_state(jnp.stack([t, 0.0])).with_numeric_parameter(0, jnp.stack([M, l, B, G]))
+
+    batch = jax.vmap(make)(th, ln)
+    ours = jax.jit(jax.vmap(lambda c: js.simulate(p, c, 10.0, integ).context.get_continuous_state_vector()))
+
+    @jax.jit
+    def hand(x0, lengths):
+        return jax.vmap(lambda x, l: jax.lax.fori_loop(0, 10000, lambda i, x: rk4_step(x, 1e-3, l), x))(x0, lengths)
+
+    x0 = jnp.stack([th, jnp.zeros_like(th)], axis=-1)
+    rows = [("jaxsys", *timeit(ours, batch, repeats=3)), ("hand-written vmap(scan)", *timeit(hand, x0, ln, repeats=3))]
+    return f"S6 batch of {n} pendulums, RK4 h=1e-3, 10 s", rows
+
+
+def case_chain(n):
+    t = time.perf_counter()
+    b = js.DiagramBuilder()
+    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i in range(n):
+        lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0, 1))
+        b.connect(prev, lag.get_input_port())
+        prev = lag.get_output_port()
+    d = b.build()
+    build_s = time.perf_counter() - t
+    integ = js.RungeKutta5Integrator(max_step_size=1.0, target_accuracy=1e-6)
+    ours = jax.jit(lambda c: js.simulate(d, c, 10.0, integ).context.get_continuous_state_vector())
+
+    def f(x):
+        u = jnp.concatenate([jnp.ones(1), x[:-1]])
+        return u - x
+
+    class Chain(js.LeafSystem):  # the same dynamics written as one function
+        def __init__(self):
+            super().__init__("chain")
+            self.declare_continuous_state(n)
+
+        def do_calc_time_derivatives(self, context):
+            return f(context.get_continuous_state_vector())
+
+    c1 = Chain()
+    single = jax.jit(lambda c: js.simulate(c1, c, 10.0, integ).context.get_continuous_state_vector())
+    rows = [
+        (f"jaxsys diagram (build {build_s:.2f} s)", *timeit(ours, d.create_default_context(), repeats=3)),
+        ("same dynamics as one function", *timeit(single, c1.create_default_context(), repeats=3)),
+    ]
+    return f"S8 chain of {n} lags as {n} subsystems, Dopri5 1e-6", rows
+
+
+def case_grad():
+    p, ctx = pendulum()
+    ts_idx = 100
+    integ = js.RungeKutta4Integrator(max_step_size=1e-3)
+    save = jnp.linspace(0.1, 5.0, 50)
+    target = jnp.cos(save)
+
+    @jax.jit
+    def ours(params):
+        c = ctx.with_numeric_parameter(0, jnp.stack([M, params[0], params[1], G]))
+        ys = js.simulate(p, c, 5.0, integ, save_at=save).ys[:, 0]
+        return jnp.mean((ys - target) ** 2)
+
+    vg_ours = jax.jit(jax.value_and_grad(ours))
+
+    def hand_loss(params):
+        l, b = params
+
+        def f(x):
+            th, w = x
+            return jnp.stack([w, (-b * w - M * G * l * jnp.sin(th)) / (M * l * l)])
+
+        def step(x, _):
+            def inner(i, x):
+                k1 = f(x)
+                k2 = f(x + 5e-4 * k1)
+                k3 = f(x + 5e-4 * k2)
+                k4 = f(x + 1e-3 * k3)
+                return x + 1e-3 / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+            x = jax.lax.fori_loop(0, ts_idx, inner, x)
+            return x, x[0]
+
+        _, ys = jax.lax.scan(step, jnp.array([1.0, 0.0]), None, length=50)
+        return jnp.mean((ys - target) ** 2)
+
+    vg_hand = jax.jit(jax.value_and_grad(hand_loss))
+    x = jnp.array([1.0, 0.1])
+    return "S7 value_and_grad of a trajectory loss (RK4, 5 s, 50 samples)", [
+        ("jaxsys", *timeit(vg_ours, x)),
+        ("hand-written scan", *timeit(vg_hand, x)),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    cases = [
+        case_rk3,
+        case_dopri,
+        case_fixed_rk4_saved,
+        case_grad,
+        lambda: case_batch(1),
+        lambda: case_batch(64),
+        lambda: case_batch(1024),
+        lambda: case_chain(10),
+        lambda: case_chain(100),
+        lambda: case_chain(300),
+    ]
+    if args.full:
+        cases.append(lambda: case_batch(8192))
+    lines = [
+        f"Machine: {platform.machine()}, {jax.device_count()} x {jax.devices()[0].platform}, "
+        f"jax {jax.__version__}, diffrax {getattr(diffrax, '__version__', 'not installed')}; "
+        f"{datetime.date.today().isoformat()}",
+        "",
+        "| case | implementation | compile s | run s (median) | run ratio vs first |",
+        "|---|---|---|---|---|",
+    ]
+    print(lines[0])
+    for case in cases:
+        title, rows = case()
+        base = rows[0][2]
+        for name, comp, run in rows:
+            line = f"| {title} | {name} | {comp:.2f} | {run * 1e3:.2f} ms | {run / base:.2f} |"
+            lines.append(line)
+            print(line, flush=True)
+    if args.write:
+        path = pathlib.Path(__file__).parent / "RESULTS.md"
+        path.write_text("# Benchmark results\n\n`python benchmarks/suite.py --write`\n\n" + "\n".join(lines) + "\n")
+        print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
