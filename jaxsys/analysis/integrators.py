@@ -391,4 +391,4 @@ ALL_INTEGRATORS: tuple[type[IntegratorBase], ...] = (
     RadauIntegrator,
 )
 
-__all__ = [c.__name__ for c in ALL_INTEGRATORS] + ["IntegratorBase", "ALL_INTEGRATORS", "np"]
+__all__ = [c.__name__ for c in ALL_INTEGRATORS] + ["IntegratorBase", "ALL_INTEGRATORS"]

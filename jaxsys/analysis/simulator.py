@@ -37,7 +37,7 @@ import numpy as np
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
-from .integrators import IntegratorBase, RungeKutta3Integrator, SemiExplicitEulerIntegrator
+from .integrators import IntegratorBase, RungeKutta3Integrator
 
 
 Array = jax.Array
@@ -162,10 +162,6 @@ def _check_inputs(system: System, context: Context, integrator: IntegratorBase) 
     system.validate_context(context)
     if not isinstance(integrator, IntegratorBase):
         raise JaxsysError(f"simulate: integrator must be an IntegratorBase, got {type(integrator).__name__}.")
-    if isinstance(integrator, SemiExplicitEulerIntegrator):
-        cs = context.get_continuous_state()
-        if cs.num_q == 0 and cs.num_v == 0 and cs.num_z == 0:
-            pass
 
 
 def simulate(
