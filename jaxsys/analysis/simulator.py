@@ -111,6 +111,9 @@ def _state_norm(system: System, context: Context, dx: Array, integrator: Integra
     """Drake's ``CalcStateChangeNorm``: weighted infinity norm over q (through N), v and z."""
     cs = context.get_continuous_state()
     nq, nv = cs.num_q, cs.num_v
+    if integrator.qbar_weight is None and integrator.z_weight is None and (nq == 0 or _has_identity_maps(system)):
+        # all weights one and N(q) = I: the weighted norm is the plain infinity norm (NaN propagates)
+        return jnp.max(jnp.abs(dx)) if dx.shape[0] else jnp.zeros((), dx.dtype)
     dq, dv, dz = dx[:nq], dx[nq : nq + nv], dx[nq + nv :]
     parts = []
     wv = None if integrator.qbar_weight is None else jnp.asarray(integrator.qbar_weight, dx.dtype)
@@ -150,8 +153,11 @@ def _has_identity_maps(system: System) -> bool:
 
 
 def _concrete(x: Any) -> Any:
+    """``x`` as a float64 NumPy array if its value is known while tracing, else None."""
+    if isinstance(x, jax.core.Tracer):
+        return None
     try:
-        return np.asarray(x) if not isinstance(x, jax.core.Tracer) else None
+        return np.asarray(x, dtype=np.float64).reshape(-1) if np.ndim(x) else np.asarray(x, dtype=np.float64)
     except Exception:  # noqa: BLE001
         return None
 
@@ -172,6 +178,7 @@ def simulate(
     save_at: Any = None,
     record: Callable[[Context], Any] | None = None,
     throw: bool = True,
+    start_time: float | None = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -185,6 +192,9 @@ def simulate(
     - `record`: ``f(context) -> pytree`` recorded at ``save_at`` (default: the continuous state
       vector). Use it to record outputs, e.g. ``lambda c: diagram.get_output_port(0).eval(c)``.
     - `throw`: raise on failure (default); if False, inspect ``result.status``.
+    - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
+      the start time the static step plan (a ``lax.scan`` of known length) assumes. Default 0.0;
+      a context that starts elsewhere raises an error instead of giving wrong times.
 
     **Returns:** a :class:`SimulationResult`. Works under ``jax.jit`` (make ``system`` and
     ``integrator`` static, e.g. with ``eqx.filter_jit``), ``jax.vmap`` over contexts, and
@@ -201,13 +211,13 @@ def simulate(
         ts = jnp.zeros((0,), dtype)
     else:
         ts = jnp.asarray(save_at, dtype).reshape(-1)
-        c_ts = _concrete(ts)
-        c_tf = _concrete(t_final_arr)
+        c_ts = _concrete(save_at)
+        c_tf = _concrete(t_final)
         if c_ts is not None and c_ts.size > 1 and np.any(np.diff(c_ts) <= 0):
             raise JaxsysError("simulate: save_at must be strictly increasing.")
         if c_ts is not None and c_tf is not None and c_ts.size and c_ts[-1] > c_tf * (1 + 1e-12) + 1e-15:
             raise JaxsysError(f"simulate: save_at goes past t_final ({c_ts[-1]} > {c_tf}).")
-    c_t0, c_tf = _concrete(t0), _concrete(t_final_arr)
+    c_t0, c_tf = _concrete(t0), _concrete(t_final)
     if c_t0 is not None and c_tf is not None and c_tf < c_t0:
         raise JaxsysError(
             f"simulate: t_final={float(c_tf)} is before the context's time {float(c_t0)} (Drake: "
@@ -232,38 +242,57 @@ def simulate(
     }
 
     fixed = integrator.get_fixed_step_mode()
-    h_fixed = integrator.max_step_size
-    n_fixed = None
-    save_idx = None
-    if fixed and c_t0 is not None and c_tf is not None:
-        span = float(c_tf - c_t0)
-        n_fixed = max(int(np.ceil(span / h_fixed - 1e-9)), 0)
-        if span > 0 and n_fixed >= 1 and span - (n_fixed - 1) * h_fixed <= 1e-9 * h_fixed:
-            n_fixed -= 1
-        c_ts = _concrete(ts)
-        if c_ts is not None:
-            idx = np.rint((c_ts - float(c_t0)) / h_fixed).astype(np.int64)
-            on_grid = np.all(np.abs(float(c_t0) + idx * h_fixed - c_ts) <= 1e-9 * max(1.0, abs(float(c_tf))))
-            on_grid = on_grid or np.all((idx == n_fixed) | (np.abs(float(c_t0) + idx * h_fixed - c_ts) <= 1e-9))
-            last_ok = np.all(idx <= n_fixed)
-            if on_grid and last_ok:
-                idx = np.where(np.abs(c_ts - float(c_tf)) <= 1e-12 * max(1.0, abs(float(c_tf))), n_fixed, idx)
-                save_idx = idx
-            else:
-                n_fixed = None
-        else:
-            n_fixed = None
-
-    if fixed and n_fixed is not None:
-        result = _simulate_scan(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx)
+    plan = None
+    if fixed:
+        t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
+        plan = _plan_fixed_steps(
+            integrator.max_step_size, t0_plan, c_tf, np.zeros(0) if save_at is None else _concrete(save_at)
+        )
+    if plan is not None:
+        n_fixed, save_idx, exact = plan
+        result = _simulate_scan(
+            system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx, exact
+        )
     else:
         result = _simulate_while(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed)
+    if plan is not None and c_t0 is None:
+        # The static step plan assumed a start time; a traced context must really start there.
+        result = eqx.error_if(
+            result,
+            jnp.any(t0 != t0_plan),
+            f"simulate: this fixed-step run was compiled for a start time of {t0_plan} s (the context's time "
+            f"is traced, so the step count was planned from start_time); the context starts elsewhere. Pass "
+            f"start_time=<the context's time> to simulate.",
+        )
     if throw:
         status = result.status
         result = eqx.error_if(result, status == STATUS_MAX_STEPS, STATUS_MESSAGES[STATUS_MAX_STEPS])
         result = eqx.error_if(result, result.status == STATUS_MIN_STEP, STATUS_MESSAGES[STATUS_MIN_STEP])
         result = eqx.error_if(result, result.status == STATUS_NONFINITE, STATUS_MESSAGES[STATUS_NONFINITE])
     return result
+
+
+def _plan_fixed_steps(
+    h: float, t0: float, t_final: Any, ts: np.ndarray | None
+) -> tuple[int, np.ndarray | None, bool] | None:
+    """Static plan of a fixed-step run: (number of steps, step index of each save time), or None when
+    the run cannot be a scan (t_final or the save times only known at run time, or save times off
+    the step grid)."""
+    if t_final is None or ts is None:
+        return None
+    span = float(t_final) - t0
+    n = max(int(np.ceil(span / h - 1e-9)), 0)
+    exact = abs(t0 + n * h - float(t_final)) <= 1e-9 * h
+    if ts.size == 0:
+        return n, None, exact
+    idx = np.rint((ts - t0) / h).astype(np.int64)
+    scale = max(1.0, abs(float(t_final)))
+    at_end = np.abs(ts - float(t_final)) <= 1e-12 * scale
+    on_grid = np.abs(t0 + idx * h - ts) <= 1e-9 * scale
+    if not np.all(on_grid | at_end):
+        return None
+    idx = np.where(at_end, n, np.minimum(idx, n))
+    return n, idx, exact
 
 
 def _record_buffer(record: Callable[[Context], Any], context: Context, n: int) -> Any:
@@ -294,78 +323,98 @@ def _simulate_scan(
     ts: Array,
     n_steps: int,
     save_idx: np.ndarray | None,
+    exact: bool,
 ) -> SimulationResult:
+    """Fixed steps as ``lax.scan``. ``exact``: the span is a whole number of steps, so every step
+    has the constant size h (a Python float XLA can fold); otherwise the last step is shortened."""
     dtype = t0.dtype
-    h = jnp.asarray(integrator.max_step_size, dtype)
+    h = float(integrator.max_step_size)
     n_save = int(ts.shape[0])
-    buf = _record_buffer(record, context, n_save)
-    idx = jnp.asarray(save_idx if save_idx is not None else np.zeros(0, np.int64), jnp.int32)
-    # values due at step 0 (t = t0)
-    k0 = int(np.sum(save_idx == 0)) if save_idx is not None else 0
-    if k0:
-        first = record(context)
-        buf = jax.tree_util.tree_map(lambda b, v: b.at[:k0].set(v), buf, first)
 
-    def step(carry: Any, n: Array) -> Any:
-        x, k, buf, ok = carry
+    def step(x: Array, n: Array) -> Array:
         t = t0 + n.astype(dtype) * h
-        t_next = jnp.where(n + 1 == n_steps, t_final, t0 + (n + 1).astype(dtype) * h)
-        x_new, _, step_ok = integrator.attempt_step(f, t, x, t_next - t, aux)
-        finite = jnp.all(jnp.isfinite(x_new))
-        if n_save:
-            hit = (k < n_save) & (idx[jnp.clip(k, 0, n_save - 1)] == n + 1)
-            buf = _write(buf, k, record(context.with_time(t_next).with_continuous_state(x_new)), hit)
-            k = k + hit.astype(k.dtype)
-        return (x_new, k, buf, ok & finite & step_ok), None
-
-    m = int(save_idx[0]) if save_idx is not None and save_idx.size else 0
-    evenly = (
-        save_idx is not None
-        and save_idx.size > 0
-        and m > 0
-        and k0 == 0
-        and np.array_equal(save_idx, m * np.arange(1, save_idx.size + 1))
-    )
-    if evenly:
-        # Save times on a regular grid: an outer scan over save intervals of an inner scan of
-        # plain steps, recording once per interval (no per-step masked writes).
-        n_out = int(save_idx.size)
-
-        def plain(x: Array, n: Array) -> tuple[Array, None]:
-            t = t0 + n.astype(dtype) * h
+        if exact:
+            hn: Any = h
+        else:
             t_next = jnp.where(n + 1 == n_steps, t_final, t0 + (n + 1).astype(dtype) * h)
-            x_new, _, _ = integrator.attempt_step(f, t, x, t_next - t, aux)
-            return x_new, None
+            hn = t_next - t
+        return integrator.attempt_step(f, t, x, hn, aux)[0]
 
+    def time_after(n: Array) -> Array:  # time after n steps
+        return jnp.where(n == n_steps, t_final, t0 + n.astype(dtype) * h)
+
+    def rec(n: Array, x: Array) -> Any:
+        return record(context.with_time(time_after(n)).with_continuous_state(x))
+
+    def run(x: Array, start: Any, length: int) -> Array:
+        if length <= 0:
+            return x
+        return jax.lax.scan(lambda x, n: (step(x, n), None), x, start + jnp.arange(length, dtype=jnp.int32))[0]
+
+    idx = save_idx if save_idx is not None else np.zeros(0, np.int64)
+    m = int(idx[0]) if idx.size else 0
+    if n_save == 0:
+        x = run(x0, 0, n_steps)
+        buf = _record_buffer(record, context, 0)
+    elif m > 0 and np.array_equal(idx, m * np.arange(1, n_save + 1)):
+        # Save times on a regular grid: an outer scan over save intervals of an inner scan of plain
+        # steps, recording once per interval (no per-step masked writes).
         def interval(x: Array, j: Array) -> tuple[Array, Any]:
-            x, _ = jax.lax.scan(plain, x, j * m + jnp.arange(m, dtype=jnp.int32))
-            t_j = jnp.where((j + 1) * m == n_steps, t_final, t0 + ((j + 1) * m).astype(dtype) * h)
-            return x, record(context.with_time(t_j).with_continuous_state(x))
+            x = run(x, j * m, m)
+            return x, rec((j + 1) * m, x)
 
-        x, buf = jax.lax.scan(interval, x0, jnp.arange(n_out, dtype=jnp.int32))
-        if n_steps > n_out * m:
-            x, _ = jax.lax.scan(plain, x, jnp.arange(n_out * m, n_steps, dtype=jnp.int32))
-        ok = jnp.all(jnp.isfinite(x))
+        x, buf = jax.lax.scan(interval, x0, jnp.arange(n_save, dtype=jnp.int32))
+        x = run(x, n_save * m, n_steps - n_save * m)
     else:
-        init = (x0, jnp.asarray(k0, jnp.int32), buf, jnp.array(True))
-        (x, _, buf, ok), _ = jax.lax.scan(step, init, jnp.arange(n_steps, dtype=jnp.int32))
+        # General grid-aligned save times: one pass, a masked write at the steps that hit one.
+        buf = _record_buffer(record, context, n_save)
+        k0 = int(np.sum(idx == 0))
+        if k0:
+            buf = jax.tree_util.tree_map(lambda b, v: b.at[:k0].set(v), buf, record(context))
+        idx_ = jnp.asarray(idx, jnp.int32)
+
+        def step_rec(carry: Any, n: Array) -> Any:
+            x, k, buf = carry
+            x = step(x, n)
+            hit = (k < n_save) & (idx_[jnp.clip(k, 0, n_save - 1)] == n + 1)
+            buf = _write(buf, k, rec(n + 1, x), hit)
+            return (x, k + hit.astype(k.dtype), buf), None
+
+        init = (x0, jnp.asarray(k0, jnp.int32), buf)
+        (x, _, buf), _ = jax.lax.scan(step_rec, init, jnp.arange(n_steps, dtype=jnp.int32))
+    ok = jnp.all(jnp.isfinite(x))
     final = context.with_time(t_final).with_continuous_state(x)
     n = jnp.asarray(n_steps, jnp.int32)
-    last_h = t_final - (t0 + (n_steps - 1) * h) if n_steps else jnp.zeros((), dtype)
-    stats = IntegratorStatistics(
-        num_steps_taken=n,
-        num_derivative_evaluations=n * integrator.num_evaluations(),
-        num_step_shrinkages_from_error_control=jnp.zeros((), jnp.int32),
-        num_substep_failures=jnp.zeros((), jnp.int32),
-        num_step_shrinkages_from_substep_failures=jnp.zeros((), jnp.int32),
-        smallest_adapted_step_size_taken=jnp.full((), jnp.nan, dtype),
-        largest_step_size_taken=h if n_steps > 1 else jnp.asarray(last_h, dtype),
-        actual_initial_step_size_taken=jnp.minimum(h, t_final - t0) if n_steps else jnp.full((), jnp.nan, dtype),
-        previous_integration_step_size=jnp.asarray(last_h, dtype),
-        num_step_attempts=n,
+    last_h = (t_final - (t0 + (n_steps - 1) * h)) if n_steps else jnp.zeros((), dtype)
+    stats = _statistics(
+        steps=n,
+        attempts=n,
+        evals=n * integrator.num_evaluations(),
+        shrink_err=jnp.zeros((), jnp.int32),
+        substep_fail=jnp.zeros((), jnp.int32),
+        smallest=jnp.full((), jnp.nan, dtype),
+        largest=jnp.asarray(h if n_steps > 1 else last_h, dtype),
+        initial=jnp.minimum(h, t_final - t0) if n_steps else jnp.full((), jnp.nan, dtype),
+        previous=jnp.asarray(last_h, dtype),
     )
     status = jnp.where(ok, STATUS_OK, STATUS_NONFINITE).astype(jnp.int32)
     return SimulationResult(final, ts, buf, stats, status)
+
+
+def _statistics(**v: Array) -> IntegratorStatistics:
+    """IntegratorStatistics from the loop's short names."""
+    return IntegratorStatistics(
+        num_steps_taken=v["steps"],
+        num_derivative_evaluations=v["evals"],
+        num_step_shrinkages_from_error_control=v["shrink_err"],
+        num_substep_failures=v["substep_fail"],
+        num_step_shrinkages_from_substep_failures=v["substep_fail"],
+        smallest_adapted_step_size_taken=v["smallest"],
+        largest_step_size_taken=v["largest"],
+        actual_initial_step_size_taken=v["initial"],
+        previous_integration_step_size=v["previous"],
+        num_step_attempts=v["attempts"],
+    )
 
 
 def _adjust_step(
@@ -399,6 +448,12 @@ def _adjust_step(
     return success, new, at_min, violation
 
 
+# Packed loop counters (one int vector and one float vector keep the loop carry small: every
+# carried array costs time in the bounded while loop).
+_I_STEPS, _I_ATTEMPTS, _I_EVALS, _I_SHRINK, _I_FAIL, _I_STATUS, _I_ATMIN = range(7)
+_F_SMALLEST, _F_LARGEST, _F_INITIAL, _F_PREVIOUS, _F_HTRY, _F_HIDEAL = range(6)
+
+
 def _simulate_while(
     system: System,
     context: Context,
@@ -412,163 +467,142 @@ def _simulate_while(
     ts: Array,
     fixed: bool,
 ) -> SimulationResult:
+    """Step attempts in an ``equinox.internal.while_loop(kind="bounded")`` (see the module docstring)."""
     dtype = t0.dtype
     n_save = int(ts.shape[0])
-    inf = jnp.asarray(jnp.inf, dtype)
-    buf = _record_buffer(record, context, n_save)
-    max_step = jnp.asarray(integrator.max_step_size, dtype)
-    stretch = integrator.stretch_factor
     i32 = jnp.int32
+    max_step = integrator.max_step_size
+    stretch = integrator.stretch_factor
+    nan = jnp.nan
+    h0 = integrator.get_initial_step_size_target()
 
-    # record values due at t0
     if n_save:
+        buf = _record_buffer(record, context, n_save)
         hit0 = ts <= t0
-        k0 = jnp.sum(hit0).astype(i32)
         first = record(context)
         buf = jax.tree_util.tree_map(
             lambda b, v: jnp.where(hit0.reshape((-1,) + (1,) * (b.ndim - 1)), v, b), buf, first
         )
+        save = (jnp.sum(hit0).astype(i32), buf)
     else:
-        k0 = jnp.zeros((), i32)
-
-    zero_i = jnp.zeros((), i32)
-    nan = jnp.full((), jnp.nan, dtype)
-    init = dict(
-        t=t0,
-        x=x0,
-        t_seg=t0,  # fixed mode: time of the last boundary, steps counted from it
-        n_seg=zero_i,
-        h_try=jnp.asarray(integrator.get_initial_step_size_target(), dtype),
-        h_ideal=jnp.asarray(integrator.get_initial_step_size_target(), dtype),
-        at_min=jnp.array(False),
-        k=k0,
-        buf=buf,
-        status=zero_i,
-        steps=zero_i,
-        attempts=zero_i,
-        evals=zero_i,
-        shrink_err=zero_i,
-        substep_fail=zero_i,
-        smallest=nan,
-        largest=jnp.zeros((), dtype),
-        initial=nan,
-        previous=nan,
+        save = ()
+    seg = (t0, jnp.zeros((), i32)) if fixed else ()  # fixed mode: last boundary and steps since it
+    init = (
+        t0,
+        x0,
+        jnp.zeros(7, i32),
+        jnp.asarray([nan, 0.0, nan, nan, h0, h0], dtype),
+        save,
+        seg,
     )
 
-    def next_save(k: Array) -> Array:
+    def next_save(save: Any) -> Array:
         if not n_save:
-            return inf
-        return jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], inf)
+            return jnp.asarray(jnp.inf, dtype)
+        k = save[0]
+        return jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], jnp.inf)
 
-    def cond(c: dict) -> Array:
-        return ((c["t"] < t_final) | (c["k"] < n_save)) & (c["status"] == STATUS_OK)
+    def unfinished(c: Any) -> Array:
+        t, _, ic, _, save, _ = c
+        more = t < t_final
+        if n_save:
+            more = more | (save[0] < n_save)
+        return more & (ic[_I_STATUS] == STATUS_OK)
 
-    def body(c: dict) -> dict:
-        t, x = c["t"], c["x"]
-        boundary = jnp.minimum(next_save(c["k"]), t_final)
+    def body(c: Any) -> Any:
+        t, x, ic, fs, save, seg = c
+        boundary = jnp.minimum(next_save(save), t_final)
         h_max = boundary - t
         if fixed:
-            t_grid = c["t_seg"] + (c["n_seg"] + 1).astype(dtype) * max_step
-            stretch_ok = boundary <= c["t_seg"] + (c["n_seg"].astype(dtype) + stretch) * max_step
+            t_seg, n_seg = seg
+            t_grid = t_seg + (n_seg + 1).astype(dtype) * max_step
+            stretch_ok = boundary <= t_seg + (n_seg.astype(dtype) + stretch) * max_step
             h = jnp.where(stretch_ok, h_max, t_grid - t)
             limited = jnp.array(False)
         else:
-            h_att = c["h_try"]
+            h_att = fs[_F_HTRY]
             limited = h_max < 0.95 * h_att
-            h_att = jnp.where(limited | (h_max < 1.001 * h_att), h_max, h_att)
-            h = jnp.minimum(h_att, max_step)
+            h = jnp.minimum(jnp.where(limited | (h_max < 1.001 * h_att), h_max, h_att), max_step)
         h = jnp.maximum(h, 0.0)
         x_new, err, ok = integrator.attempt_step(f, t, x, h, aux)
-        evals = c["evals"] + integrator.num_evaluations()
-        attempts = c["attempts"] + 1
         reaches_boundary = h >= h_max
         t_new = jnp.where(reaches_boundary, boundary, t + h)
+        finite = jnp.all(jnp.isfinite(x_new))
         if fixed:
-            success = jnp.array(True)
-            substep_fail = c["substep_fail"]
-            shrink_err = c["shrink_err"]
-            h_next = c["h_try"]
-            at_min = c["at_min"]
-            violation = jnp.array(False)
-            finite_bad = ~jnp.all(jnp.isfinite(x_new)) | ~ok
+            accept = finite & ok
+            status = jnp.where(accept, ic[_I_STATUS], STATUS_NONFINITE)
+            h_next = fs[_F_HTRY]
+            at_min = ic[_I_ATMIN] > 0
+            shrink = fail = jnp.zeros((), i32)
         else:
             working_min = jnp.maximum(integrator.requested_minimum_step_size, 1e-14 * jnp.maximum(1.0, jnp.abs(t)))
-            ctx_new = context.with_time(t_new).with_continuous_state(jnp.where(jnp.isfinite(x_new), x_new, 0.0))
-            err_norm = _state_norm(system, ctx_new, err, integrator)
-            err_norm = jnp.where(jnp.all(jnp.isfinite(x_new)), err_norm, jnp.nan)
-            success, h_next, at_min, violation = _adjust_step(integrator, err_norm, h, c["at_min"], working_min)
+            ctx_new = context.with_time(t_new).with_continuous_state(jnp.where(finite, x_new, x))
+            err_norm = jnp.where(finite, _state_norm(system, ctx_new, err, integrator), jnp.nan)
+            success, h_next, at_min, violation = _adjust_step(integrator, err_norm, h, ic[_I_ATMIN] > 0, working_min)
             # a Newton failure is a sub-step failure: halve the step (Drake's subdivision factor)
-            success = success & ok
+            violation = violation & ok
+            accept = success & ok & ~violation
             h_next = jnp.where(ok, h_next, 0.5 * h)
             limited = limited | ~ok
-            substep_fail = c["substep_fail"] + (~ok).astype(i32)
-            shrink_err = c["shrink_err"] + (ok & ~success).astype(i32)
-            violation = violation & ok
-            finite_bad = jnp.array(False)
-        accept = success & ~violation & ~finite_bad
-        # statistics of accepted steps
-        steps = c["steps"] + accept.astype(i32)
-        initial = jnp.where(accept & jnp.isnan(c["initial"]), h, c["initial"])
-        if fixed:
-            smallest = c["smallest"]
-        else:
-            smallest = jnp.where(
-                accept & (jnp.isnan(c["smallest"]) | ((h < c["smallest"]) & (h < h_max))), h, c["smallest"]
-            )
-        largest = jnp.where(accept, jnp.maximum(c["largest"], h), c["largest"])
-        previous = jnp.where(accept, h, c["previous"])
-        h_ideal = jnp.where(accept & ~limited, h_next, c["h_ideal"])
-        h_try = jnp.where(accept, h_ideal, h_next)
+            fail = (~ok).astype(i32)
+            shrink = (ok & ~success).astype(i32)
+            status = jnp.where(violation, STATUS_MIN_STEP, ic[_I_STATUS])
+        acc_i = accept.astype(i32)
+        ic = ic + jnp.stack(
+            [
+                acc_i,
+                jnp.ones((), i32),
+                jnp.full((), integrator.num_evaluations(), i32),
+                shrink,
+                fail,
+                jnp.zeros((), i32),
+                jnp.zeros((), i32),
+            ]
+        )
+        ic = ic.at[_I_STATUS].set(status.astype(i32)).at[_I_ATMIN].set(at_min.astype(i32))
+        smallest = fs[_F_SMALLEST]
+        if not fixed:
+            smallest = jnp.where(accept & (jnp.isnan(smallest) | ((h < smallest) & (h < h_max))), h, smallest)
+        h_ideal = jnp.where(accept & ~limited, h_next, fs[_F_HIDEAL])
+        fs = jnp.stack(
+            [
+                smallest,
+                jnp.where(accept, jnp.maximum(fs[_F_LARGEST], h), fs[_F_LARGEST]),
+                jnp.where(accept & jnp.isnan(fs[_F_INITIAL]), h, fs[_F_INITIAL]),
+                jnp.where(accept, h, fs[_F_PREVIOUS]),
+                jnp.where(accept, h_ideal, h_next),
+                h_ideal,
+            ]
+        )
         t_acc = jnp.where(accept, t_new, t)
         x_acc = jnp.where(accept, x_new, x)
-        hit = accept & reaches_boundary & (c["k"] < n_save) & (boundary == next_save(c["k"]))
         if n_save:
-            buf = _write(c["buf"], c["k"], record(context.with_time(t_acc).with_continuous_state(x_acc)), hit)
-        else:
-            buf = c["buf"]
-        k = c["k"] + hit.astype(i32)
-        t_seg = jnp.where(accept & reaches_boundary, t_new, c["t_seg"])
-        n_seg = jnp.where(accept & reaches_boundary, 0, c["n_seg"] + accept.astype(i32))
-        status = jnp.where(violation, STATUS_MIN_STEP, jnp.where(finite_bad, STATUS_NONFINITE, c["status"]))
-        return dict(
-            t=t_acc,
-            x=x_acc,
-            t_seg=t_seg,
-            n_seg=n_seg,
-            h_try=h_try,
-            h_ideal=h_ideal,
-            at_min=at_min,
-            k=k,
-            buf=buf,
-            status=status.astype(i32),
-            steps=steps,
-            attempts=attempts,
-            evals=evals,
-            shrink_err=shrink_err,
-            substep_fail=substep_fail,
-            smallest=smallest,
-            largest=largest,
-            initial=initial,
-            previous=previous,
-        )
+            k, buf = save
+            hit = accept & reaches_boundary & (k < n_save) & (boundary == next_save(save))
+            buf = _write(buf, k, record(context.with_time(t_acc).with_continuous_state(x_acc)), hit)
+            save = (k + hit.astype(i32), buf)
+        if fixed:
+            at_b = accept & reaches_boundary
+            seg = (jnp.where(at_b, t_new, seg[0]), jnp.where(at_b, 0, seg[1] + acc_i))
+        return (t_acc, x_acc, ic, fs, save, seg)
 
-    out = eqxi.while_loop(cond, body, init, max_steps=integrator.max_steps, kind="bounded")
-    unfinished = ((out["t"] < t_final) | (out["k"] < n_save)) & (out["status"] == STATUS_OK)
-    status = jnp.where(unfinished, STATUS_MAX_STEPS, out["status"]).astype(i32)
-    final = context.with_time(out["t"]).with_continuous_state(out["x"])
-    stats = IntegratorStatistics(
-        num_steps_taken=out["steps"],
-        num_derivative_evaluations=out["evals"],
-        num_step_shrinkages_from_error_control=out["shrink_err"],
-        num_substep_failures=out["substep_fail"],
-        num_step_shrinkages_from_substep_failures=out["substep_fail"],
-        smallest_adapted_step_size_taken=out["smallest"],
-        largest_step_size_taken=out["largest"],
-        actual_initial_step_size_taken=out["initial"],
-        previous_integration_step_size=out["previous"],
-        num_step_attempts=out["attempts"],
+    out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
+    t, x, ic, fs, save, _ = out
+    status = jnp.where(unfinished(out), STATUS_MAX_STEPS, ic[_I_STATUS]).astype(i32)
+    final = context.with_time(t).with_continuous_state(x)
+    stats = _statistics(
+        steps=ic[_I_STEPS],
+        attempts=ic[_I_ATTEMPTS],
+        evals=ic[_I_EVALS],
+        shrink_err=ic[_I_SHRINK],
+        substep_fail=ic[_I_FAIL],
+        smallest=fs[_F_SMALLEST],
+        largest=fs[_F_LARGEST],
+        initial=fs[_F_INITIAL],
+        previous=fs[_F_PREVIOUS],
     )
-    return SimulationResult(final, ts, out["buf"], stats, status)
+    buf = save[1] if n_save else _record_buffer(record, context, 0)
+    return SimulationResult(final, ts, buf, stats, status)
 
 
 class Simulator:
