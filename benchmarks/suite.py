@@ -16,6 +16,7 @@ import platform
 import statistics
 import time
 
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 
@@ -32,6 +33,7 @@ except ImportError:  # pragma: no cover
     diffrax = None
 
 M, L, B, G = 1.0, 1.0, 0.1, 9.81
+X0 = jnp.array([1.0, 0.0])
 
 
 def timeit(fn, *args, repeats=5):
@@ -46,17 +48,65 @@ def timeit(fn, *args, repeats=5):
     return compile_s, statistics.median(runs)
 
 
-def pend_f(x, length=L):
+PARAMS = jnp.array([M, L, B, G])
+
+
+def pend_f(x, prm=PARAMS):
+    """Pendulum dynamics with the parameters as (traced) arguments, as jaxsys has them."""
+    m, length, b, g = prm[..., 0], prm[..., 1], prm[..., 2], prm[..., 3]
     th, w = x[..., 0], x[..., 1]
-    return jnp.stack([w, (-B * w - M * G * length * jnp.sin(th)) / (M * length * length)], axis=-1)
+    return jnp.stack([w, (-b * w - m * g * length * jnp.sin(th)) / (m * length * length)], axis=-1)
 
 
-def rk4_step(x, h, length=L):
-    k1 = pend_f(x, length)
-    k2 = pend_f(x + 0.5 * h * k1, length)
-    k3 = pend_f(x + 0.5 * h * k2, length)
-    k4 = pend_f(x + h * k3, length)
+def rk4_step(x, h, prm=PARAMS):
+    k1 = pend_f(x, prm)
+    k2 = pend_f(x + 0.5 * h * k1, prm)
+    k3 = pend_f(x + 0.5 * h * k2, prm)
+    k4 = pend_f(x + h * k3, prm)
     return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def hand_adaptive(cls, accuracy, max_step=0.1, t_final=10.0):
+    """A hand-written error-controlled loop: the tableau of ``cls`` and Drake's step-size rule
+    (the same arithmetic jaxsys performs, with nothing else in the loop)."""
+    A = [list(r) for r in cls.A]
+    b, c, e = cls.b, cls.c, cls.b_err
+    order = cls.error_estimate_order
+
+    @jax.jit
+    def run(x0, prm):
+        def step(x, h):
+            ks = []
+            for i in range(len(c)):
+                xi = x
+                for j, a in enumerate(A[i]):
+                    if a:
+                        xi = xi + h * a * ks[j]
+                ks.append(pend_f(xi, prm))
+            xn = x + h * sum(bi * k for bi, k in zip(b, ks) if bi)
+            err = h * sum(ei * k for ei, k in zip(e, ks) if ei)
+            return xn, jnp.max(jnp.abs(err))
+
+        def body(carry):
+            t, x, h, h_ideal = carry
+            h_max = t_final - t
+            limited = h_max < 0.95 * h
+            h = jnp.minimum(jnp.where(limited | (h_max < 1.001 * h), h_max, h), max_step)
+            xn, err = step(x, h)
+            new = 0.9 * h * (accuracy / jnp.maximum(err, 1e-300)) ** (1.0 / order)
+            new = jnp.where((new > h) & (new < 1.2 * h), h, new)
+            new = jnp.where(new < h, jnp.where(err <= accuracy, h, jnp.minimum(new, 0.9 * h)), new)
+            new = jnp.minimum(jnp.clip(new, 0.1 * h, 5 * h), max_step)
+            ok = new >= h
+            t = jnp.where(ok, jnp.where(h >= h_max, t_final, t + h), t)
+            h_ideal = jnp.where(ok & ~limited, new, h_ideal)
+            return t, jnp.where(ok, xn, x), jnp.where(ok, h_ideal, new), h_ideal
+
+        h0 = 0.1 * max_step
+        init = (jnp.zeros(()), x0, jnp.asarray(h0), jnp.asarray(h0))
+        return eqxi.while_loop(lambda cr: cr[0] < t_final, body, init, max_steps=100_000, kind="bounded")[1]
+
+    return run
 
 
 def pendulum():
@@ -72,14 +122,14 @@ def case_fixed_rk4_saved():
     ours = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts).ys)
 
     @jax.jit
-    def hand(x0):
+    def hand(x0, prm):
         def outer(x, _):
-            x = jax.lax.fori_loop(0, 100, lambda i, x: rk4_step(x, 1e-3), x)
+            x = jax.lax.fori_loop(0, 100, lambda i, x: rk4_step(x, 1e-3, prm), x)
             return x, x
 
         return jax.lax.scan(outer, x0, None, length=100)[1]
 
-    rows = [("jaxsys", *timeit(ours, ctx)), ("hand-written scan", *timeit(hand, jnp.array([1.0, 0.0])))]
+    rows = [("jaxsys", *timeit(ours, ctx)), ("hand-written scan", *timeit(hand, X0, PARAMS))]
     if diffrax is not None:
         term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
         solver = diffrax.RK4() if hasattr(diffrax, "RK4") else diffrax.Tsit5()
@@ -92,53 +142,52 @@ def case_fixed_rk4_saved():
     return "S2c pendulum RK4 h=1e-3, 100 saved samples", rows
 
 
-def case_dopri():
+def _adaptive_case(title, cls, accuracy, diffrax_solver, diffrax_label):
     p, ctx = pendulum()
-    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8)
+    integ = cls(max_step_size=0.1, target_accuracy=accuracy)
     ours = jax.jit(lambda c: js.simulate(p, c, 10.0, integ).context.get_continuous_state_vector())
-    rows = [("jaxsys", *timeit(ours, ctx))]
+    hand = hand_adaptive(cls, accuracy)
+    rows = [("jaxsys", *timeit(ours, ctx)), ("hand-written loop, same rule", *timeit(hand, X0, PARAMS))]
     if diffrax is not None:
-        term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
+        controller = diffrax.PIDController(rtol=accuracy, atol=accuracy)
         sol = jax.jit(
             lambda y0: (
                 diffrax.diffeqsolve(
                     term,
-                    diffrax.Dopri5(),
+                    diffrax_solver,
                     0.0,
                     10.0,
                     0.01,
                     y0,
-                    stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+                    args=PARAMS,
+                    stepsize_controller=controller,
+                    max_steps=100_000,
                 ).ys
             )
         )
-        rows.append(("diffrax Dopri5 rtol=atol=1e-8", *timeit(sol, jnp.array([1.0, 0.0]))))
-    return "S2b pendulum Dormand-Prince accuracy 1e-8", rows
+        rows.append((diffrax_label, *timeit(sol, X0)))
+    return title, rows
+
+
+def case_dopri():
+    return _adaptive_case(
+        "S2b pendulum Dormand-Prince accuracy 1e-8",
+        js.RungeKutta5Integrator,
+        1e-8,
+        diffrax.Dopri5() if diffrax else None,
+        "diffrax Dopri5 rtol=atol=1e-8 (FSAL: 6 evals/step)",
+    )
 
 
 def case_rk3():
-    p, ctx = pendulum()
-    integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
-    ours = jax.jit(lambda c: js.simulate(p, c, 10.0, integ).context.get_continuous_state_vector())
-    rows = [("jaxsys", *timeit(ours, ctx))]
-    if diffrax is not None:
-        term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
-        sol = jax.jit(
-            lambda y0: (
-                diffrax.diffeqsolve(
-                    term,
-                    diffrax.Bosh3(),
-                    0.0,
-                    10.0,
-                    0.01,
-                    y0,
-                    stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6),
-                    max_steps=100000,
-                ).ys
-            )
-        )
-        rows.append(("diffrax Bosh3 rtol=atol=1e-6", *timeit(sol, jnp.array([1.0, 0.0]))))
-    return "S2a pendulum RK3 accuracy 1e-6", rows
+    return _adaptive_case(
+        "S2a pendulum RK3 accuracy 1e-6",
+        js.RungeKutta3Integrator,
+        1e-6,
+        diffrax.Bosh3() if diffrax else None,
+        "diffrax Bosh3 rtol=atol=1e-6 (another method)",
+    )
 
 
 def case_batch(n):
@@ -155,11 +204,15 @@ def case_batch(n):
     ours = jax.jit(jax.vmap(lambda c: js.simulate(p, c, 10.0, integ).context.get_continuous_state_vector()))
 
     @jax.jit
-    def hand(x0, lengths):
-        return jax.vmap(lambda x, l: jax.lax.fori_loop(0, 10000, lambda i, x: rk4_step(x, 1e-3, l), x))(x0, lengths)
+    def hand(x0, prms):
+        return jax.vmap(lambda x, q: jax.lax.fori_loop(0, 10000, lambda i, x: rk4_step(x, 1e-3, q), x))(x0, prms)
 
     x0 = jnp.stack([th, jnp.zeros_like(th)], axis=-1)
-    rows = [("jaxsys", *timeit(ours, batch, repeats=3)), ("hand-written vmap(scan)", *timeit(hand, x0, ln, repeats=3))]
+    prms = jnp.stack([jnp.full_like(ln, M), ln, jnp.full_like(ln, B), jnp.full_like(ln, G)], axis=-1)
+    rows = [
+        ("jaxsys", *timeit(ours, batch, repeats=3)),
+        ("hand-written vmap(scan)", *timeit(hand, x0, prms, repeats=3)),
+    ]
     return f"S6 batch of {n} pendulums, RK4 h=1e-3, 10 s", rows
 
 

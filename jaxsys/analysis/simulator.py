@@ -450,7 +450,7 @@ def _adjust_step(
 
 # Packed loop counters (one int vector and one float vector keep the loop carry small: every
 # carried array costs time in the bounded while loop).
-_I_STEPS, _I_ATTEMPTS, _I_EVALS, _I_SHRINK, _I_FAIL, _I_STATUS, _I_ATMIN = range(7)
+_I_STEPS, _I_ATTEMPTS, _I_SHRINK, _I_FAIL, _I_STATUS, _I_ATMIN = range(6)
 _F_SMALLEST, _F_LARGEST, _F_INITIAL, _F_PREVIOUS, _F_HTRY, _F_HIDEAL = range(6)
 
 
@@ -490,7 +490,7 @@ def _simulate_while(
     init = (
         t0,
         x0,
-        jnp.zeros(7, i32),
+        jnp.zeros(6, i32),
         jnp.asarray([nan, 0.0, nan, nan, h0, h0], dtype),
         save,
         seg,
@@ -527,18 +527,22 @@ def _simulate_while(
         x_new, err, ok = integrator.attempt_step(f, t, x, h, aux)
         reaches_boundary = h >= h_max
         t_new = jnp.where(reaches_boundary, boundary, t + h)
-        finite = jnp.all(jnp.isfinite(x_new))
         if fixed:
-            accept = finite & ok
+            accept = jnp.all(jnp.isfinite(x_new)) & ok
             status = jnp.where(accept, ic[_I_STATUS], STATUS_NONFINITE)
             h_next = fs[_F_HTRY]
-            at_min = ic[_I_ATMIN] > 0
+            at_min = ic[_I_ATMIN]
             shrink = fail = jnp.zeros((), i32)
         else:
-            working_min = jnp.maximum(integrator.requested_minimum_step_size, 1e-14 * jnp.maximum(1.0, jnp.abs(t)))
-            ctx_new = context.with_time(t_new).with_continuous_state(jnp.where(finite, x_new, x))
-            err_norm = jnp.where(finite, _state_norm(system, ctx_new, err, integrator), jnp.nan)
-            success, h_next, at_min, violation = _adjust_step(integrator, err_norm, h, ic[_I_ATMIN] > 0, working_min)
+            working_min = jnp.maximum(
+                integrator.requested_minimum_step_size, 1e-14 * jnp.maximum(1.0, jnp.abs(t))
+            )
+            # A non-finite x_new gives a NaN error norm, which error control treats as a failed step.
+            ctx_new = context.with_time(t_new).with_continuous_state(x_new)
+            err_norm = _state_norm(system, ctx_new, err, integrator)
+            success, h_next, at_min_b, violation = _adjust_step(
+                integrator, err_norm, h, ic[_I_ATMIN] > 0, working_min
+            )
             # a Newton failure is a sub-step failure: halve the step (Drake's subdivision factor)
             violation = violation & ok
             accept = success & ok & ~violation
@@ -547,19 +551,18 @@ def _simulate_while(
             fail = (~ok).astype(i32)
             shrink = (ok & ~success).astype(i32)
             status = jnp.where(violation, STATUS_MIN_STEP, ic[_I_STATUS])
+            at_min = at_min_b.astype(i32)
         acc_i = accept.astype(i32)
-        ic = ic + jnp.stack(
+        ic = jnp.stack(
             [
-                acc_i,
-                jnp.ones((), i32),
-                jnp.full((), integrator.num_evaluations(), i32),
-                shrink,
-                fail,
-                jnp.zeros((), i32),
-                jnp.zeros((), i32),
+                ic[_I_STEPS] + acc_i,
+                ic[_I_ATTEMPTS] + 1,
+                ic[_I_SHRINK] + shrink,
+                ic[_I_FAIL] + fail,
+                status.astype(i32),
+                at_min.astype(i32),
             ]
         )
-        ic = ic.at[_I_STATUS].set(status.astype(i32)).at[_I_ATMIN].set(at_min.astype(i32))
         smallest = fs[_F_SMALLEST]
         if not fixed:
             smallest = jnp.where(accept & (jnp.isnan(smallest) | ((h < smallest) & (h < h_max))), h, smallest)
@@ -593,7 +596,7 @@ def _simulate_while(
     stats = _statistics(
         steps=ic[_I_STEPS],
         attempts=ic[_I_ATTEMPTS],
-        evals=ic[_I_EVALS],
+        evals=ic[_I_ATTEMPTS] * integrator.num_evaluations(),
         shrink_err=ic[_I_SHRINK],
         substep_fail=ic[_I_FAIL],
         smallest=fs[_F_SMALLEST],
