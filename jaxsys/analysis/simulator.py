@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -81,6 +81,16 @@ class IntegratorStatistics(eqx.Module):
         return {k: np.asarray(getattr(self, k)).item() for k in self.__dataclass_fields__}
 
 
+class _Raw(NamedTuple):
+    """What a stepping loop returns; ``simulate`` checks it and builds the SimulationResult."""
+
+    t: Array
+    x: Array
+    ys: Any
+    stats: IntegratorStatistics
+    status: Array
+
+
 class SimulationResult(eqx.Module):
     """The result of :func:`simulate`.
 
@@ -107,10 +117,14 @@ def _default_record(context: Context) -> Array:
     return context.get_continuous_state_vector()
 
 
-def _state_norm(system: System, context: Context, dx: Array, integrator: IntegratorBase) -> Array:
-    """Drake's ``CalcStateChangeNorm``: weighted infinity norm over q (through N), v and z."""
-    cs = context.get_continuous_state()
-    nq, nv = cs.num_q, cs.num_v
+def _state_norm(
+    system: System, make_context: Callable[[], Context], nq: int, nv: int, dx: Array, integrator: IntegratorBase
+) -> Array:
+    """Drake's ``CalcStateChangeNorm``: weighted infinity norm over q (through N), v and z.
+
+    ``make_context`` builds the context at the end of the step; it is only needed (and only called)
+    when N(q) is not the identity.
+    """
     if integrator.qbar_weight is None and integrator.z_weight is None and (nq == 0 or _has_identity_maps(system)):
         # all weights one and N(q) = I: the weighted norm is the plain infinity norm (NaN propagates)
         return jnp.max(jnp.abs(dx)) if dx.shape[0] else jnp.zeros((), dx.dtype)
@@ -124,6 +138,7 @@ def _state_norm(system: System, context: Context, dx: Array, integrator: Integra
         if wv is None and nq == nv and _has_identity_maps(system):
             parts.append(jnp.max(jnp.abs(dq)))
         else:
+            context = make_context()
             pinv = system._map_raw(context, dq, "qdot_to_v")
             wq = system._map_raw(context, pinv if wv is None else wv * pinv, "v_to_qdot")
             parts.append(jnp.max(jnp.abs(wq)))
@@ -230,8 +245,7 @@ def simulate(
     def ctx_at(t: Array, x: Array) -> Context:
         return context.with_time(t).with_continuous_state(x)
 
-    def f(t: Array, x: Array) -> Array:
-        return system._calc_time_derivatives_raw(ctx_at(t, x))
+    f = system._derivative_function(context)
 
     aux = {
         "num_q": cs.num_q,
@@ -250,26 +264,33 @@ def simulate(
         )
     if plan is not None:
         n_fixed, save_idx, exact = plan
-        result = _simulate_scan(
+        raw = _simulate_scan(
             system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx, exact
         )
     else:
-        result = _simulate_while(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed)
+        raw = _simulate_while(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed)
+    # Checks are attached to the few arrays a caller uses (final state, recorded values, status),
+    # not to the whole context: a diagram's context has arrays for every leaf.
+    checked = (raw.t, raw.x, raw.ys, raw.status)
     if plan is not None and c_t0 is None:
         # The static step plan assumed a start time; a traced context must really start there.
-        result = eqx.error_if(
-            result,
+        checked = eqx.error_if(
+            checked,
             jnp.any(t0 != t0_plan),
             f"simulate: this fixed-step run was compiled for a start time of {t0_plan} s (the context's time "
             f"is traced, so the step count was planned from start_time); the context starts elsewhere. Pass "
             f"start_time=<the context's time> to simulate.",
         )
     if throw:
-        status = result.status
-        result = eqx.error_if(result, status == STATUS_MAX_STEPS, STATUS_MESSAGES[STATUS_MAX_STEPS])
-        result = eqx.error_if(result, result.status == STATUS_MIN_STEP, STATUS_MESSAGES[STATUS_MIN_STEP])
-        result = eqx.error_if(result, result.status == STATUS_NONFINITE, STATUS_MESSAGES[STATUS_NONFINITE])
-    return result
+        checked = eqx.branched_error_if(
+            checked,
+            raw.status != STATUS_OK,
+            raw.status,
+            [STATUS_MESSAGES[i] for i in range(len(STATUS_MESSAGES))],
+        )
+    t_end, x_end, ys, status = checked
+    final = context.with_time(t_end).with_continuous_state(x_end)
+    return SimulationResult(final, ts, ys, raw.stats, status)
 
 
 def _plan_fixed_steps(
@@ -383,7 +404,6 @@ def _simulate_scan(
         init = (x0, jnp.asarray(k0, jnp.int32), buf)
         (x, _, buf), _ = jax.lax.scan(step_rec, init, jnp.arange(n_steps, dtype=jnp.int32))
     ok = jnp.all(jnp.isfinite(x))
-    final = context.with_time(t_final).with_continuous_state(x)
     n = jnp.asarray(n_steps, jnp.int32)
     last_h = (t_final - (t0 + (n_steps - 1) * h)) if n_steps else jnp.zeros((), dtype)
     stats = _statistics(
@@ -398,7 +418,7 @@ def _simulate_scan(
         previous=jnp.asarray(last_h, dtype),
     )
     status = jnp.where(ok, STATUS_OK, STATUS_NONFINITE).astype(jnp.int32)
-    return SimulationResult(final, ts, buf, stats, status)
+    return _Raw(t_final, x, buf, stats, status)
 
 
 def _statistics(**v: Array) -> IntegratorStatistics:
@@ -534,15 +554,17 @@ def _simulate_while(
             at_min = ic[_I_ATMIN]
             shrink = fail = jnp.zeros((), i32)
         else:
-            working_min = jnp.maximum(
-                integrator.requested_minimum_step_size, 1e-14 * jnp.maximum(1.0, jnp.abs(t))
-            )
+            working_min = jnp.maximum(integrator.requested_minimum_step_size, 1e-14 * jnp.maximum(1.0, jnp.abs(t)))
             # A non-finite x_new gives a NaN error norm, which error control treats as a failed step.
-            ctx_new = context.with_time(t_new).with_continuous_state(x_new)
-            err_norm = _state_norm(system, ctx_new, err, integrator)
-            success, h_next, at_min_b, violation = _adjust_step(
-                integrator, err_norm, h, ic[_I_ATMIN] > 0, working_min
+            err_norm = _state_norm(
+                system,
+                lambda: context.with_time(t_new).with_continuous_state(x_new),
+                aux["num_q"],
+                aux["num_v"],
+                err,
+                integrator,
             )
+            success, h_next, at_min_b, violation = _adjust_step(integrator, err_norm, h, ic[_I_ATMIN] > 0, working_min)
             # a Newton failure is a sub-step failure: halve the step (Drake's subdivision factor)
             violation = violation & ok
             accept = success & ok & ~violation
@@ -592,7 +614,6 @@ def _simulate_while(
     out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
     t, x, ic, fs, save, _ = out
     status = jnp.where(unfinished(out), STATUS_MAX_STEPS, ic[_I_STATUS]).astype(i32)
-    final = context.with_time(t).with_continuous_state(x)
     stats = _statistics(
         steps=ic[_I_STEPS],
         attempts=ic[_I_ATTEMPTS],
@@ -605,7 +626,7 @@ def _simulate_while(
         previous=fs[_F_PREVIOUS],
     )
     buf = save[1] if n_save else _record_buffer(record, context, 0)
-    return SimulationResult(final, ts, buf, stats, status)
+    return _Raw(t, x, buf, stats, status)
 
 
 class Simulator:

@@ -15,14 +15,17 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .context import Context, DiagramContext, LeafContext
 from .errors import AlgebraicLoopError, InputPortNotConnectedError, JaxsysError, PortError
-from .leaf_system import LeafSystem, _Lazy, _Unfed
+from .leaf_system import LeafSystem, _Lazy, _Raise, _Unfed
 from .ports import InputPort, OutputPort
 from .system import System
+from .vectorize import find_groups, stack, with_system_id
 
 
 if TYPE_CHECKING:
@@ -39,17 +42,77 @@ class _Flat:
     output_source: list[tuple[str, int, int]]
 
 
+def _member_builder(rep: System) -> Callable[[list[jax.Array]], System]:
+    """A function rebuilding a group member from its array fields on ``rep``'s structure."""
+    dyn, static = eqx.partition(rep, eqx.is_array)
+    treedef = jax.tree_util.tree_structure(dyn)
+    return lambda leaves: eqx.combine(jax.tree_util.tree_unflatten(treedef, leaves), static)
+
+
+def _take(x: jax.Array, pos: np.ndarray) -> jax.Array:
+    """``x[pos]`` along axis 0 for static integer positions of any shape.
+
+    Contiguous runs become a slice and a reshape: XLA turns those into no-ops, while a gather with
+    an index array that a loop carries (as happens under ``jit`` with a traced context) stays a
+    slow generic gather.
+    """
+    pos = np.asarray(pos)
+    flat = pos.reshape(-1)
+    if flat.size and np.array_equal(flat, np.arange(flat[0], flat[0] + flat.size)):
+        start = int(flat[0])
+        return x[start : start + flat.size].reshape(pos.shape + x.shape[1:])
+    return x[pos]
+
+
+class _LeafContexts:
+    """Indexable view: evaluator.leaf_contexts[li] -> that leaf's (possibly x-overridden) context."""
+
+    def __init__(self, ev: _Evaluator) -> None:
+        self.ev = ev
+
+    def __getitem__(self, li: int) -> LeafContext:
+        return self.ev.base_leaf_context(li)
+
+
 class _Evaluator:
     """Memoized evaluation of leaf outputs of one Diagram at one context."""
 
-    def __init__(self, diagram: Diagram, context: DiagramContext) -> None:
+    def __init__(
+        self, diagram: Diagram, context: DiagramContext, x: jax.Array | None = None, prepared: Any = None
+    ) -> None:
         self.diagram = diagram
         self.flat = diagram._flat()
         self.context = context
-        self.leaf_contexts = context._leaf_contexts()
+        self.x = x  # when given: the continuous state (diagram ordering) overriding the context's
+        self.prepared = prepared  # stacked group contexts computed before a loop (or None)
+        self._leaf_ctx_cache: dict[int, LeafContext] = {}
+        self._base_leaf_contexts = context._leaf_contexts()
         self.leaves = [diagram._system_at(p) for p in self.flat.leaf_paths]
         self.memo: dict[tuple[int, int], Any] = {}
         self.active: set[tuple[int, int]] = set()
+        self.groups, self.group_of = diagram._groups()
+        self.gmemo: dict[Any, Any] = {}
+
+    @property
+    def leaf_contexts(self) -> _LeafContexts:
+        return _LeafContexts(self)
+
+    def base_leaf_context(self, li: int) -> LeafContext:
+        """Leaf ``li``'s context (inputs as stored), with its continuous state taken from ``x``."""
+        if self.x is None:
+            return self._base_leaf_contexts[li]
+        if li not in self._leaf_ctx_cache:
+            leaf_ctx = self._base_leaf_contexts[li]
+            pos = self.diagram._state_positions()[li]
+            if pos.size:
+                leaf_ctx = leaf_ctx._replace_state(
+                    continuous_state=dataclasses.replace(
+                        leaf_ctx.state.continuous_state,
+                        x=_take(self.x, pos).astype(leaf_ctx.state.continuous_state.x.dtype),
+                    )
+                )
+            self._leaf_ctx_cache[li] = leaf_ctx
+        return self._leaf_ctx_cache[li]
 
     def context_at(self, path: Path) -> Context:
         ctx: Context = self.context
@@ -82,6 +145,11 @@ class _Evaluator:
         if key in self.memo:
             return self.memo[key]
         leaf = self.leaves[li]
+        if li in self.group_of and not leaf._feedthrough_inputs_of(p):
+            g, m = self.group_of[li]
+            value = jax.tree_util.tree_map(lambda a: a[m], self.group_output(g, p))
+            self.memo[key] = value
+            return value
         if key in self.active:
             raise AlgebraicLoopError(
                 f"Algebraic loop met while evaluating {leaf.get_output_port(p).get_full_description()}: "
@@ -100,6 +168,109 @@ class _Evaluator:
             self.active.discard(key)
         self.memo[key] = value
         return value
+
+    # ----- vectorised groups of identical leaves (see vectorize.py) ------------------------------
+    def stacked_group_contexts(self) -> dict[int, tuple[Any, Any]]:
+        """For every group: (stacked array fields, stacked member contexts without inputs).
+
+        Computed once before a simulation loop and passed back as ``prepared``: the loop then
+        captures a few stacked arrays instead of every leaf's context.
+        """
+        out = {}
+        for g, members in enumerate(self.groups):
+            rep = self.leaves[members[0]]
+            sid = rep.get_system_id()
+            n_in = rep.num_input_ports()
+            ctxs = stack(
+                [with_system_id(self._base_leaf_contexts[li]._with_inputs((None,) * n_in), sid) for li in members]
+            )
+            # array fields of the members (usually none): stacked leaves on the representative's structure
+            dyn = [jax.tree_util.tree_leaves(eqx.filter(self.leaves[li], eqx.is_array)) for li in members]
+            out[g] = ([jnp.stack(xs) for xs in zip(*dyn)], ctxs)
+        return out
+
+    def _group_parts(self, g: int) -> tuple[Any, Any, Any]:
+        """(representative leaf, stacked array fields, stacked member contexts at this time and x)."""
+        key = ("parts", g)
+        if key not in self.gmemo:
+            members = self.groups[g]
+            rep = self.leaves[members[0]]
+            if self.prepared is None:
+                self.prepared = self.stacked_group_contexts()
+            dyn, ctxs = self.prepared[g]
+            time = jnp.broadcast_to(self.context.time, (len(members),))
+            ctxs = dataclasses.replace(ctxs, time=time)
+            if self.x is not None and rep._spec.num_q + rep._spec.num_v + rep._spec.num_z:
+                # members' continuous states straight from x with one gather (no per-leaf slices)
+                rows = np.stack([self.diagram._state_positions()[li] for li in members])
+                cs = ctxs.state.continuous_state
+                ctxs = dataclasses.replace(
+                    ctxs,
+                    state=dataclasses.replace(
+                        ctxs.state, continuous_state=dataclasses.replace(cs, x=_take(self.x, rows).astype(cs.x.dtype))
+                    ),
+                )
+            self.gmemo[key] = (rep, dyn, ctxs)
+        return self.gmemo[key]
+
+    def group_output(self, g: int, p: int) -> Any:
+        """Output port ``p`` (no direct feedthrough) of every member of group ``g``, stacked."""
+        key = ("out", g, p)
+        if key not in self.gmemo:
+            rep, dyn, ctxs = self._group_parts(g)
+            member = _member_builder(rep)
+            unfed = tuple(_Unfed(rep.get_input_port(k), rep.get_output_port(p)) for k in range(rep.num_input_ports()))
+
+            def one(d: Any, c: LeafContext) -> Any:
+                return member(d)._calc_output_raw(c._with_inputs(unfed), p)
+
+            self.gmemo[key] = jax.vmap(one)(dyn, ctxs)
+        return self.gmemo[key]
+
+    def group_input(self, g: int, k: int) -> Any:
+        """Input port ``k`` of every member of group ``g``, stacked, gathered from a bus of sources."""
+        arrays: dict[Any, Any] = {}
+        picks: list[tuple[Any, int]] = []
+        for li in self.groups[g]:
+            src = self.flat.input_source[(li, k)]
+            if src[0] == "out" and src[1] in self.group_of and not self.leaves[src[1]]._feedthrough_inputs_of(src[2]):
+                g2, m2 = self.group_of[src[1]]
+                akey = ("g", g2, src[2])
+                if akey not in arrays:
+                    arrays[akey] = self.group_output(g2, src[2])
+                picks.append((akey, m2))
+            else:
+                akey = ("one", li)
+                arrays[akey] = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], self.source_value(src))
+                picks.append((akey, 0))
+        offsets, pos = {}, 0
+        for akey, tree in arrays.items():
+            offsets[akey] = pos
+            pos += jax.tree_util.tree_leaves(tree)[0].shape[0] if jax.tree_util.tree_leaves(tree) else 1
+        idx = np.array([offsets[a] + m for a, m in picks])
+        if len(arrays) == 1:
+            (tree,) = arrays.values()
+            if np.array_equal(idx, np.arange(jax.tree_util.tree_leaves(tree)[0].shape[0])):
+                return tree
+        bus = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *arrays.values())
+        return jax.tree_util.tree_map(lambda b: _take(b, idx), bus)
+
+    def group_derivatives(self, g: int) -> jax.Array:
+        """xdot of every member of group ``g``, shape (members, states per member)."""
+        rep, dyn, ctxs = self._group_parts(g)
+        member = _member_builder(rep)
+        inputs = []
+        for k in range(rep.num_input_ports()):
+            try:
+                inputs.append(self.group_input(g, k))
+            except InputPortNotConnectedError as e:
+                inputs.append(_Raise(e))
+        inputs_t = tuple(inputs)
+
+        def one(d: Any, c: LeafContext, ins: tuple[Any, ...]) -> jax.Array:
+            return member(d)._calc_time_derivatives_raw(c._with_inputs(ins))
+
+        return jax.vmap(one)(dyn, ctxs, inputs_t)
 
     def _lazy(self, li: int, k: int) -> _Lazy:
         return _Lazy(lambda: self.input(li, k))
@@ -285,12 +456,47 @@ class Diagram(System):
             )
         return value
 
-    def _evaluator(self, context: Context) -> _Evaluator:
-        return _Evaluator(self, context)  # type: ignore[arg-type]
+    def _evaluator(self, context: Context, x: jax.Array | None = None) -> _Evaluator:
+        return _Evaluator(self, context, x)  # type: ignore[arg-type]
 
     def _calc_output_raw(self, context: Context, index: int) -> Any:
         _, li, p = self._flat().output_source[index]
         return self._evaluator(context).output(li, p)
+
+    def _state_positions(self) -> dict[int, np.ndarray]:
+        """For each leaf: where its [q, v, z] elements sit in the diagram's continuous state vector."""
+        if getattr(self._spec, "state_positions", None) is None:
+            flat = self._flat()
+            leaves = [self._system_at(p) for p in flat.leaf_paths]
+            nq = sum(lf._spec.num_q for lf in leaves)
+            nv = sum(lf._spec.num_v for lf in leaves)
+            oq, ov, oz = 0, nq, nq + nv
+            out = {}
+            for li, lf in enumerate(leaves):
+                q, v, z = lf._spec.num_q, lf._spec.num_v, lf._spec.num_z
+                out[li] = np.concatenate([np.arange(oq, oq + q), np.arange(ov, ov + v), np.arange(oz, oz + z)]).astype(
+                    np.int64
+                )
+                oq, ov, oz = oq + q, ov + v, oz + z
+            self._spec.state_positions = out
+        return self._spec.state_positions
+
+    def _derivative_function(self, context: Context) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        prepared = self._evaluator(context).stacked_group_contexts()
+
+        def f(t: jax.Array, x: jax.Array) -> jax.Array:
+            return self._derivatives(_Evaluator(self, context.with_time(t), x, prepared))  # type: ignore[arg-type]
+
+        return f
+
+    def _groups(self) -> tuple[list[list[int]], dict[int, tuple[int, int]]]:
+        """Groups of identical leaves evaluated with one vmap (cached), and leaf -> (group, member)."""
+        if getattr(self._spec, "groups", None) is None:
+            flat = self._flat()
+            groups = find_groups([self._system_at(p) for p in flat.leaf_paths])
+            group_of = {li: (g, m) for g, members in enumerate(groups) for m, li in enumerate(members)}
+            self._spec.groups = (groups, group_of)
+        return self._spec.groups
 
     def _continuous_leaves(self) -> list[int]:
         flat = self._flat()
@@ -302,25 +508,46 @@ class Diagram(System):
         return out
 
     def _calc_time_derivatives_raw(self, context: Context) -> jax.Array:
-        ev = self._evaluator(context)
-        qs, vs, zs = [], [], []
-        for li in self._continuous_leaves():
-            leaf = ev.leaves[li]
-            xdot = leaf._calc_time_derivatives_raw(ev.leaf_context(li))
-            nq, nv, nz = leaf._spec.num_q, leaf._spec.num_v, leaf._spec.num_z
-            if nq + nv == 0:
-                zs.append(xdot)
-                continue
-            if nq:
-                qs.append(xdot[:nq])
-            if nv:
-                vs.append(xdot[nq : nq + nv])
-            if nz:
-                zs.append(xdot[nq + nv :])
-        pieces = [p for p in qs + vs + zs if p.shape[0] > 0]
-        if not pieces:
-            return jnp.zeros((0,), context.time.dtype)
-        return pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces)
+        return self._derivatives(self._evaluator(context))
+
+    def _derivatives(self, ev: _Evaluator) -> jax.Array:
+        cont = self._continuous_leaves()
+        if not cont:
+            return jnp.zeros((0,), ev.context.time.dtype)
+        # Every leaf's xdot goes into one flat vector (vectorised groups as whole blocks), then one
+        # static permutation puts it in Drake's order: q of all leaves, v of all, z of all.
+        blocks: list[jax.Array] = []
+        where: dict[int, int] = {}  # leaf -> offset of its xdot in the flat vector
+        pos = 0
+        done_groups: set[int] = set()
+        for li in cont:
+            if li in ev.group_of:
+                g, _ = ev.group_of[li]
+                if g in done_groups:
+                    continue
+                done_groups.add(g)
+                block = ev.group_derivatives(g)
+                n = block.shape[1]
+                for m, lj in enumerate(ev.groups[g]):
+                    where[lj] = pos + m * n
+                blocks.append(block.reshape(-1))
+                pos += block.shape[0] * n
+            else:
+                xdot = ev.leaves[li]._calc_time_derivatives_raw(ev.leaf_context(li))
+                where[li] = pos
+                blocks.append(xdot)
+                pos += xdot.shape[0]
+        flat = blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks)
+        perm: list[int] = []
+        for part in ("q", "v", "z"):
+            for li in cont:
+                spec = ev.leaves[li]._spec
+                start = {"q": 0, "v": spec.num_q, "z": spec.num_q + spec.num_v}[part]
+                size = {"q": spec.num_q, "v": spec.num_v, "z": spec.num_z}[part]
+                perm.extend(range(where[li] + start, where[li] + start + size))
+        if perm == list(range(len(perm))):
+            return flat
+        return _take(flat, np.asarray(perm))
 
     def _calc_energy_raw(self, context: Context, which: str) -> jax.Array:
         ev = self._evaluator(context)

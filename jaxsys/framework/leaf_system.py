@@ -96,7 +96,14 @@ class _Lazy:
         return self.value
 
 
-for _cls in (_Unfed, _Lazy):
+class _Raise:
+    """An input whose source could not be evaluated (e.g. unconnected): raises only if read."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+for _cls in (_Unfed, _Lazy, _Raise):
     jax.tree_util.register_pytree_node(_cls, lambda x: ((), x), lambda aux, _: aux)
 
 
@@ -466,6 +473,8 @@ class LeafSystem(System):
         value = context.inputs[index]
         if isinstance(value, _Lazy):
             return value.get()
+        if isinstance(value, _Raise):
+            raise value.error
         if isinstance(value, _Unfed):
             raise PortError(
                 f"{value.output_port.get_full_description()} read "

@@ -306,6 +306,18 @@ class System(eqx.Module):
     def _calc_time_derivatives_raw(self, context: Context) -> jax.Array:
         """xdot in this system's continuous-state ordering (no validation)."""
 
+    def _derivative_function(self, context: Context) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        """``f(t, x) -> xdot`` (this system's state ordering), the rest taken from ``context``.
+
+        Called once before a simulation loop; a Diagram prepares compact stacked data here so the
+        loop does not capture every leaf's context.
+        """
+
+        def f(t: jax.Array, x: jax.Array) -> jax.Array:
+            return self._calc_time_derivatives_raw(context.with_time(t).with_continuous_state(x))
+
+        return f
+
     @abc.abstractmethod
     def _calc_energy_raw(self, context: Context, which: str) -> jax.Array:
         """One of 'potential', 'kinetic', 'conservative_power', 'nonconservative_power'."""
