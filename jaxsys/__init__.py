@@ -5,6 +5,32 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 ``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
 """
 
+from . import examples as examples, primitives as primitives
+from .analysis.integrators import (
+    ALL_INTEGRATORS as ALL_INTEGRATORS,
+    BogackiShampine3Integrator as BogackiShampine3Integrator,
+    ExplicitEulerIntegrator as ExplicitEulerIntegrator,
+    ImplicitEulerIntegrator as ImplicitEulerIntegrator,
+    IntegratorBase as IntegratorBase,
+    RadauIntegrator as RadauIntegrator,
+    RungeKutta2Integrator as RungeKutta2Integrator,
+    RungeKutta3Integrator as RungeKutta3Integrator,
+    RungeKutta4Integrator as RungeKutta4Integrator,
+    RungeKutta5Integrator as RungeKutta5Integrator,
+    SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
+)
+from .analysis.progress import (
+    AbstractProgressMeter as AbstractProgressMeter,
+    NoProgressMeter as NoProgressMeter,
+    TqdmProgressMeter as TqdmProgressMeter,
+)
+from .analysis.simulator import (
+    STATUS_MESSAGES as STATUS_MESSAGES,
+    IntegratorStatistics as IntegratorStatistics,
+    SimulationResult as SimulationResult,
+    Simulator as Simulator,
+    simulate as simulate,
+)
 from .framework.constraints import (
     SystemConstraint as SystemConstraint,
     SystemConstraintIndex as SystemConstraintIndex,
@@ -45,31 +71,6 @@ from .framework.leaf_system import (
 )
 from .framework.ports import InputPort as InputPort, OutputPort as OutputPort
 from .framework.system import ConstraintReport as ConstraintReport, System as System
-
-
-__version__ = "0.1.0"
-
-from . import examples as examples, primitives as primitives
-from .analysis.integrators import (
-    ALL_INTEGRATORS as ALL_INTEGRATORS,
-    BogackiShampine3Integrator as BogackiShampine3Integrator,
-    ExplicitEulerIntegrator as ExplicitEulerIntegrator,
-    ImplicitEulerIntegrator as ImplicitEulerIntegrator,
-    IntegratorBase as IntegratorBase,
-    RadauIntegrator as RadauIntegrator,
-    RungeKutta2Integrator as RungeKutta2Integrator,
-    RungeKutta3Integrator as RungeKutta3Integrator,
-    RungeKutta4Integrator as RungeKutta4Integrator,
-    RungeKutta5Integrator as RungeKutta5Integrator,
-    SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
-)
-from .analysis.simulator import (
-    STATUS_MESSAGES as STATUS_MESSAGES,
-    IntegratorStatistics as IntegratorStatistics,
-    SimulationResult as SimulationResult,
-    Simulator as Simulator,
-    simulate as simulate,
-)
 from .primitives import (
     Adder as Adder,
     ConstantVectorSource as ConstantVectorSource,
@@ -77,3 +78,6 @@ from .primitives import (
     Gain as Gain,
     PassThrough as PassThrough,
 )
+
+
+__version__ = "0.1.0"

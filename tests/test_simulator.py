@@ -277,3 +277,25 @@ def test_integrator_options_and_queries():
     assert js.RungeKutta5Integrator().get_error_estimate_order() == 5
     with pytest.raises(js.JaxsysError, match="max_step_size must be > 0"):
         js.RungeKutta3Integrator(max_step_size=0.0)
+
+
+@pytest.mark.parametrize(
+    "integrator", [js.RungeKutta4Integrator(max_step_size=0.01), js.RungeKutta3Integrator(target_accuracy=1e-6)]
+)
+def test_progress_meter_reports_and_changes_nothing(integrator, capsys):
+    s, ctx = oscillator(0.1)
+    plain = js.simulate(s, ctx, 2.0, integrator)
+    meter = js.TqdmProgressMeter(refresh_steps=10)
+    shown = jax.jit(lambda c: js.simulate(s, c, 2.0, integrator, progress_meter=meter))(ctx)
+    np.testing.assert_array_equal(
+        shown.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector()
+    )
+    jax.effects_barrier()
+    err = capsys.readouterr().err
+    assert "2/2 s" in err  # the bar reached t_final
+    # gradients are unaffected by the callbacks
+    g = jax.grad(
+        lambda c: js.simulate(s, c, 1.0, integrator, progress_meter=meter).context.get_continuous_state_vector()[0]
+    )(ctx)
+    g0 = jax.grad(lambda c: js.simulate(s, c, 1.0, integrator).context.get_continuous_state_vector()[0])(ctx)
+    np.testing.assert_allclose(g.get_continuous_state_vector(), g0.get_continuous_state_vector(), rtol=1e-12)

@@ -38,6 +38,7 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
 from .integrators import IntegratorBase, RungeKutta3Integrator
+from .progress import AbstractProgressMeter, NoProgressMeter
 
 
 Array = jax.Array
@@ -194,6 +195,7 @@ def simulate(
     record: Callable[[Context], Any] | None = None,
     throw: bool = True,
     start_time: float | None = None,
+    progress_meter: AbstractProgressMeter | None = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -207,6 +209,8 @@ def simulate(
     - `record`: ``f(context) -> pytree`` recorded at ``save_at`` (default: the continuous state
       vector). Use it to record outputs, e.g. ``lambda c: diagram.get_output_port(0).eval(c)``.
     - `throw`: raise on failure (default); if False, inspect ``result.status``.
+    - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
+      none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
       the start time the static step plan (a ``lax.scan`` of known length) assumes. Default 0.0;
       a context that starts elsewhere raises an error instead of giving wrong times.
@@ -239,8 +243,8 @@ def simulate(
             f"'boundary_time >= context->get_time()' failed)."
         )
 
-    x0 = context.get_continuous_state_vector()
     cs = context.get_continuous_state()
+    x0 = cs.x
 
     def ctx_at(t: Array, x: Array) -> Context:
         return context.with_time(t).with_continuous_state(x)
@@ -255,6 +259,9 @@ def simulate(
         "rolled": len(context._leaf_contexts()) > ROLLED_STAGES_MIN_LEAVES,
     }
 
+    progress = progress_meter if progress_meter is not None else NoProgressMeter()
+    progress_token = progress.start(t0, t_final_arr)
+    aux["progress"] = (progress, progress_token)
     fixed = integrator.get_fixed_step_mode()
     plan = None
     if fixed:
@@ -265,10 +272,11 @@ def simulate(
     if plan is not None:
         n_fixed, save_idx, exact = plan
         raw = _simulate_scan(
-            system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx, exact
+            system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx, exact, progress
         )
     else:
-        raw = _simulate_while(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed)
+        raw = _simulate_while(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed, progress)
+    progress.close(progress_token, raw.t)
     # Checks are attached to the few arrays a caller uses (final state, recorded values, status),
     # not to the whole context: a diagram's context has arrays for every leaf.
     checked = (raw.t, raw.x, raw.ys, raw.status)
@@ -345,15 +353,19 @@ def _simulate_scan(
     n_steps: int,
     save_idx: np.ndarray | None,
     exact: bool,
-) -> SimulationResult:
+    progress: AbstractProgressMeter,
+) -> _Raw:
     """Fixed steps as ``lax.scan``. ``exact``: the span is a whole number of steps, so every step
     has the constant size h (a Python float XLA can fold); otherwise the last step is shortened."""
     dtype = t0.dtype
     h = float(integrator.max_step_size)
     n_save = int(ts.shape[0])
 
+    meter, token = aux["progress"]
+
     def step(x: Array, n: Array) -> Array:
         t = t0 + n.astype(dtype) * h
+        meter.update(token, t, n)
         if exact:
             hn: Any = h
         else:
@@ -486,7 +498,8 @@ def _simulate_while(
     t_final: Array,
     ts: Array,
     fixed: bool,
-) -> SimulationResult:
+    progress: AbstractProgressMeter,
+) -> _Raw:
     """Step attempts in an ``equinox.internal.while_loop(kind="bounded")`` (see the module docstring)."""
     dtype = t0.dtype
     n_save = int(ts.shape[0])
@@ -529,8 +542,11 @@ def _simulate_while(
             more = more | (save[0] < n_save)
         return more & (ic[_I_STATUS] == STATUS_OK)
 
+    meter, token = aux["progress"]
+
     def body(c: Any) -> Any:
         t, x, ic, fs, save, seg = c
+        meter.update(token, t, ic[_I_ATTEMPTS])
         boundary = jnp.minimum(next_save(save), t_final)
         h_max = boundary - t
         if fixed:
