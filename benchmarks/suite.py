@@ -246,6 +246,10 @@ def case_chain(n):
     rows = [
         (f"jaxsys diagram (build {build_s:.2f} s)", *timeit(ours, d.create_default_context(), repeats=3)),
         ("same dynamics as one function", *timeit(single, c1.create_default_context(), repeats=3)),
+        (
+            "(passing the diagram context alone: jit dispatch)",
+            *timeit(jax.jit(lambda c: c.time), d.create_default_context()),
+        ),
     ]
     return f"S8 chain of {n} lags as {n} subsystems, Dopri5 1e-6", rows
 
