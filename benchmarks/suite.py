@@ -335,7 +335,11 @@ def main() -> None:
             print(line, flush=True)
     if args.write:
         path = pathlib.Path(__file__).parent / "RESULTS.md"
-        path.write_text("# Benchmark results\n\n`python benchmarks/suite.py --write`\n\n" + "\n".join(lines) + "\n")
+        marker = "<!-- table: written by benchmarks/suite.py --write -->"
+        head = "# Benchmark results\n\n"
+        if path.exists() and marker in path.read_text():
+            head = path.read_text().split(marker)[0]
+        path.write_text(head + marker + "\n\n" + "\n".join(lines) + "\n")
         print(f"written {path}")
 
 
