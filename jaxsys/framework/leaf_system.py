@@ -116,6 +116,9 @@ def _call(system: System, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+_FEEDTHROUGH_CACHE: dict[Any, frozenset[tuple[int, int]]] = {}
+
+
 class LeafSystem(System):
     """Base class of systems written by users (Drake's ``LeafSystem<T>``). See the module docstring.
 
@@ -554,9 +557,27 @@ class LeafSystem(System):
 
     def _compute_direct_feedthroughs(self) -> frozenset[tuple[int, int]]:
         n_in = self.num_input_ports()
-        pairs: set[tuple[int, int]] = set()
         if n_in == 0:
             return frozenset()
+        # Structurally identical leaves (same class, configuration and calc code) have the same
+        # feedthrough: trace once per structure, not once per instance.
+        from .vectorize import leaf_signature
+
+        try:
+            key = leaf_signature(self, include_feedthrough=False)
+            hash(key)
+        except Exception:  # noqa: BLE001 - unhashable configuration: just trace
+            key = ("unique",)
+        if key[0] != "unique" and key in _FEEDTHROUGH_CACHE:
+            return _FEEDTHROUGH_CACHE[key]
+        pairs = self._trace_direct_feedthroughs()
+        if key[0] != "unique":
+            _FEEDTHROUGH_CACHE[key] = pairs
+        return pairs
+
+    def _trace_direct_feedthroughs(self) -> frozenset[tuple[int, int]]:
+        n_in = self.num_input_ports()
+        pairs: set[tuple[int, int]] = set()
         ctx = self._allocate_context(jnp.float32)
         placeholders = [p.allocate() for p in self._spec.input_ports]
         for j, decl in enumerate(self._spec.output_feedthrough):

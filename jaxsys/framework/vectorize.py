@@ -51,7 +51,7 @@ def _callable_sig(fn: Any) -> Any:
     return ("id", id(fn))
 
 
-def leaf_signature(leaf: Any) -> Any:
+def leaf_signature(leaf: Any, include_feedthrough: bool = True) -> Any:
     """A hashable description of everything static about a leaf; equal signatures -> same code."""
     spec = leaf._spec
     fields = []
@@ -78,7 +78,8 @@ def leaf_signature(leaf: Any) -> Any:
         ports_in,
         ports_out,
         tuple(_callable_sig(c) for c in spec.output_calcs),
-        leaf.get_direct_feedthroughs(),
+        tuple(None if d is None else repr(d) for d in spec.output_feedthrough),
+        leaf.get_direct_feedthroughs() if include_feedthrough else None,
     )
     if any(isinstance(x, tuple) and x and x[0] == "id" for x in sig[9]) or any(s[0] == "id" for _, s in fields):
         return ("unique", id(leaf))
