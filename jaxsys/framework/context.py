@@ -21,7 +21,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +30,30 @@ from .ids import INVALID_SYSTEM_ID, describe_system_id
 
 
 Array = jax.Array
+
+
+def _static(default: Any) -> Any:
+    """A dataclass field that is structure (part of the pytree definition), not data."""
+    return dataclasses.field(default=default, metadata={"static": True})
+
+
+def _pytree_dataclass(cls: type) -> type:
+    """A frozen dataclass registered as a pytree; static fields are metadata.
+
+    Contexts are plain registered dataclasses rather than equinox Modules because JAX flattens
+    those in C++: a diagram's context has thousands of nodes and is flattened at every jit call.
+    """
+    cls = dataclasses.dataclass(frozen=True, eq=False)(cls)
+    fields = dataclasses.fields(cls)
+    data = [f.name for f in fields if not f.metadata.get("static")]
+    meta = [f.name for f in fields if f.metadata.get("static")]
+    cls._is_id_bearer = True  # type: ignore[attr-defined]
+    return jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+
+
+def is_id_bearer(x: Any) -> bool:
+    """True for the objects that carry a system id (contexts, states, parameters, outputs)."""
+    return getattr(type(x), "_is_id_bearer", False) and dataclasses.is_dataclass(x)
 
 
 def default_float_dtype() -> Any:
@@ -72,7 +95,8 @@ def _cast_tree(tree: Any, dtype: Any) -> Any:
     return jax.tree_util.tree_map(cast, tree)
 
 
-class ContinuousState(eqx.Module):
+@_pytree_dataclass
+class ContinuousState:
     """The continuous state ``x = [q, v, z]`` (Drake's ``ContinuousState``).
 
     **Fields:**
@@ -82,10 +106,10 @@ class ContinuousState(eqx.Module):
     """
 
     x: Array
-    num_q: int = eqx.field(static=True, default=0)
-    num_v: int = eqx.field(static=True, default=0)
-    num_z: int = eqx.field(static=True, default=0)
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    num_q: int = _static(0)
+    num_v: int = _static(0)
+    num_z: int = _static(0)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def size(self) -> int:
         """Total number of continuous states (Drake: ``size()``)."""
@@ -118,11 +142,12 @@ class ContinuousState(eqx.Module):
         )
 
 
-class DiscreteValues(eqx.Module):
+@_pytree_dataclass
+class DiscreteValues:
     """Groups of discrete state variables (Drake's ``DiscreteValues``): a tuple of 1-D arrays."""
 
     groups: tuple[Array, ...]
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def num_groups(self) -> int:
         """Number of groups (Drake: ``num_groups``)."""
@@ -145,11 +170,12 @@ class DiscreteValues(eqx.Module):
         return DiscreteValues(groups, self.system_id)
 
 
-class AbstractValues(eqx.Module):
+@_pytree_dataclass
+class AbstractValues:
     """Abstract state values (Drake's ``AbstractValues``): a tuple of arbitrary pytrees."""
 
     values: tuple[Any, ...]
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def size(self) -> int:
         """Number of abstract values."""
@@ -187,13 +213,14 @@ def _check_same_structure(owner_id: int, what: str, old: Any, new: Any) -> None:
             )
 
 
-class State(eqx.Module):
+@_pytree_dataclass
+class State:
     """The whole state: continuous, discrete and abstract (Drake's ``State``)."""
 
     continuous_state: ContinuousState
     discrete_state: DiscreteValues
     abstract_state: AbstractValues
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def get_continuous_state(self) -> ContinuousState:
         """Drake: ``get_continuous_state``."""
@@ -212,12 +239,13 @@ class State(eqx.Module):
         return self.abstract_state.get_value(index)
 
 
-class Parameters(eqx.Module):
+@_pytree_dataclass
+class Parameters:
     """Numeric (vector) and abstract parameters (Drake's ``Parameters``)."""
 
     numeric: tuple[Array, ...]
     abstract: tuple[Any, ...]
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def num_numeric_parameter_groups(self) -> int:
         """Drake: ``num_numeric_parameter_groups``."""
@@ -246,11 +274,12 @@ class Parameters(eqx.Module):
         return self.abstract[index]
 
 
-class SystemOutput(eqx.Module):
+@_pytree_dataclass
+class SystemOutput:
     """The values of all of a system's output ports (Drake's ``SystemOutput``)."""
 
     values: tuple[Any, ...]
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def num_ports(self) -> int:
         """Number of output ports."""
@@ -267,7 +296,7 @@ class SystemOutput(eqx.Module):
 
 def _strip_ids(tree: Any) -> Any:
     """Rebuild every id-bearing module in ``tree`` with ``system_id = INVALID_SYSTEM_ID``."""
-    if isinstance(tree, eqx.Module) and hasattr(tree, "system_id"):
+    if is_id_bearer(tree):
         changes = {f.name: _strip_ids(getattr(tree, f.name)) for f in dataclasses.fields(tree) if f.name != "system_id"}
         return dataclasses.replace(tree, system_id=INVALID_SYSTEM_ID, **changes)
     if isinstance(tree, tuple):
@@ -275,7 +304,7 @@ def _strip_ids(tree: Any) -> Any:
     return tree
 
 
-class Context(eqx.Module):
+class Context(abc.ABC):
     """Abstract base of :class:`LeafContext` and :class:`DiagramContext` (Drake's ``Context``).
 
     A Context holds time, state, parameters and fixed input values. It is immutable: ``with_*``
@@ -587,10 +616,8 @@ class Context(eqx.Module):
         i, k = idx[index]
         p = leaves[i].parameters
         new = _check_vector(leaves[i].system_id, f"Numeric parameter {k}", p.numeric[k], value)
-        leaves[i] = eqx.tree_at(
-            lambda c: c.parameters,
-            leaves[i],
-            Parameters(p.numeric[:k] + (new,) + p.numeric[k + 1 :], p.abstract, p.system_id),
+        leaves[i] = dataclasses.replace(
+            leaves[i], parameters=Parameters(p.numeric[:k] + (new,) + p.numeric[k + 1 :], p.abstract, p.system_id)
         )
         return self._with_leaf_contexts(leaves)
 
@@ -605,10 +632,8 @@ class Context(eqx.Module):
         i, k = idx[index]
         p = leaves[i].parameters
         _check_same_structure(leaves[i].system_id, f"Abstract parameter {k}", p.abstract[k], value)
-        leaves[i] = eqx.tree_at(
-            lambda c: c.parameters,
-            leaves[i],
-            Parameters(p.numeric, p.abstract[:k] + (value,) + p.abstract[k + 1 :], p.system_id),
+        leaves[i] = dataclasses.replace(
+            leaves[i], parameters=Parameters(p.numeric, p.abstract[:k] + (value,) + p.abstract[k + 1 :], p.system_id)
         )
         return self._with_leaf_contexts(leaves)
 
@@ -682,6 +707,7 @@ def _strip_ids_def(treedef: Any, tree: Any) -> Any:
     return jax.tree_util.tree_structure(_strip_ids(tree))
 
 
+@_pytree_dataclass
 class LeafContext(Context):
     """The context of a LeafSystem (Drake's ``LeafContext``).
 
@@ -697,7 +723,7 @@ class LeafContext(Context):
     state: State
     parameters: Parameters
     inputs: tuple[Any, ...]
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def _leaf_contexts(self) -> list[LeafContext]:
         return [self]
@@ -730,6 +756,7 @@ class LeafContext(Context):
         )
 
 
+@_pytree_dataclass
 class DiagramContext(Context):
     """The context of a Diagram: one subcontext per subsystem (Drake's ``DiagramContext``).
 
@@ -743,7 +770,7 @@ class DiagramContext(Context):
     time: Array
     subcontexts: tuple[Context, ...]
     inputs: tuple[Any, ...]
-    system_id: int = eqx.field(static=True, default=INVALID_SYSTEM_ID)
+    system_id: int = _static(INVALID_SYSTEM_ID)
 
     def _leaf_contexts(self) -> list[LeafContext]:
         out: list[LeafContext] = []

@@ -16,11 +16,11 @@ import dataclasses
 import types
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .context import is_id_bearer
 from .ports import abstract_signature
 
 
@@ -101,7 +101,7 @@ def find_groups(leaves: list[Any]) -> list[list[int]]:
 
 def with_system_id(tree: Any, system_id: int) -> Any:
     """Rebuild every id-bearing module in ``tree`` with ``system_id`` (static, no computation)."""
-    if isinstance(tree, eqx.Module) and hasattr(tree, "system_id"):
+    if is_id_bearer(tree):
         changes = {
             f.name: with_system_id(getattr(tree, f.name), system_id)
             for f in dataclasses.fields(tree)
