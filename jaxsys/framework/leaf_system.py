@@ -48,6 +48,7 @@ from .errors import (
     PortError,
     StateError,
 )
+from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
 from .feedthrough import jaxpr_dependencies
 from .ports import ABSTRACT, VECTOR, InputPort, OutputPort, abstract_signature
 from .system import System
@@ -138,6 +139,7 @@ class LeafSystem(System):
         spec.abstract_param_defaults = []
         spec.output_calcs = []
         spec.output_feedthrough = []
+        spec.events = []
 
     # ===== declarations: state =================================================================
     def declare_continuous_state(
@@ -394,6 +396,188 @@ class LeafSystem(System):
             f"a ContinuousStateIndex, DiscreteStateIndex or AbstractStateIndex; got {state_index!r}."
         )
 
+    # ===== declarations: events ===================================================================
+    def _declare_event(
+        self,
+        kind: str,
+        trigger: TriggerType,
+        callback: Any,
+        period: float | None = None,
+        offset: float | None = None,
+        name: str = "",
+        require_callback: bool = True,
+    ) -> Event:
+        if callback is None and require_callback:
+            raise DeclarationError(
+                f"System {self.get_system_id_string()}: a {trigger.value} {kind} event needs a callback."
+            )
+        if callback is not None and not callable(callback):
+            raise DeclarationError(
+                f"System {self.get_system_id_string()}: the {trigger.value} {kind} event's callback must be "
+                f"callable; got {type(callback).__name__}."
+            )
+        if trigger is TriggerType.PERIODIC:
+            if period is None or not float(period) > 0:
+                raise DeclarationError(
+                    f"System {self.get_system_id_string()}: a periodic {kind} event needs period > 0; got {period}."
+                )
+            if offset is None or float(offset) < 0:
+                raise DeclarationError(
+                    f"System {self.get_system_id_string()}: a periodic {kind} event needs offset >= 0; got {offset}."
+                )
+            period, offset = float(period), float(offset)
+        events = self._spec.events
+        label = name or (
+            f"{trigger.value}_{kind}" + (f"({period:g},{offset:g})" if trigger is TriggerType.PERIODIC else "")
+        )
+        ev = Event(kind, trigger, callback, period, offset, label, self, len(events))
+        events.append(ev)
+        return ev
+
+    def declare_periodic_publish_event(
+        self, period_sec: float, offset_sec: float, publish: Callable[[Context], Any], name: str = ""
+    ) -> Event:
+        """Publish every ``period_sec`` s from ``offset_sec``: ``publish(context) -> value or None``
+        (Drake: ``DeclarePeriodicPublishEvent``). The value is recorded in the simulation's log."""
+        return self._declare_event(PUBLISH, TriggerType.PERIODIC, publish, period_sec, offset_sec, name)
+
+    def declare_periodic_discrete_update_event(
+        self, period_sec: float, offset_sec: float, update: Callable[..., Any], name: str = ""
+    ) -> Event:
+        """``update(context, discrete_state) -> new discrete values`` every ``period_sec`` s from
+        ``offset_sec`` (Drake: ``DeclarePeriodicDiscreteUpdateEvent``)."""
+        return self._declare_event(DISCRETE_UPDATE, TriggerType.PERIODIC, update, period_sec, offset_sec, name)
+
+    def declare_periodic_unrestricted_update_event(
+        self, period_sec: float, offset_sec: float, update: Callable[..., Any], name: str = ""
+    ) -> Event:
+        """``update(context, state) -> State`` every ``period_sec`` s from ``offset_sec``.
+
+        Drake: ``DeclarePeriodicUnrestrictedUpdateEvent``.
+        """
+        return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.PERIODIC, update, period_sec, offset_sec, name)
+
+    def declare_periodic_discrete_update(self, period_sec: float, offset_sec: float = 0.0) -> Event:
+        """A periodic discrete update handled by an overridden ``do_calc_discrete_variable_updates``
+        (Drake's ``DeclarePeriodicDiscreteUpdate``)."""
+        return self._declare_event(
+            DISCRETE_UPDATE, TriggerType.PERIODIC, None, period_sec, offset_sec, require_callback=False
+        )
+
+    def declare_periodic_publish(self, period_sec: float, offset_sec: float = 0.0) -> Event:
+        """A periodic publish handled by an overridden ``do_publish`` (Drake's ``DeclarePeriodicPublish``)."""
+        return self._declare_event(PUBLISH, TriggerType.PERIODIC, None, period_sec, offset_sec, require_callback=False)
+
+    def declare_periodic_unrestricted_update(self, period_sec: float, offset_sec: float = 0.0) -> Event:
+        """A periodic unrestricted update handled by an overridden ``do_calc_unrestricted_update``."""
+        return self._declare_event(
+            UNRESTRICTED_UPDATE, TriggerType.PERIODIC, None, period_sec, offset_sec, require_callback=False
+        )
+
+    def declare_per_step_publish_event(self, publish: Callable[[Context], Any], name: str = "") -> Event:
+        """Publish at the end of every simulator step (Drake: ``DeclarePerStepPublishEvent``)."""
+        return self._declare_event(PUBLISH, TriggerType.PER_STEP, publish, name=name)
+
+    def declare_per_step_discrete_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """Discrete update at the start of every step (Drake: ``DeclarePerStepDiscreteUpdateEvent``)."""
+        return self._declare_event(DISCRETE_UPDATE, TriggerType.PER_STEP, update, name=name)
+
+    def declare_per_step_unrestricted_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """Unrestricted update at the start of every step (Drake: ``DeclarePerStepUnrestrictedUpdateEvent``)."""
+        return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.PER_STEP, update, name=name)
+
+    def declare_initialization_publish_event(self, publish: Callable[[Context], Any], name: str = "") -> Event:
+        """Publish once when the simulation is initialized (Drake: ``DeclareInitializationPublishEvent``)."""
+        return self._declare_event(PUBLISH, TriggerType.INITIALIZATION, publish, name=name)
+
+    def declare_initialization_discrete_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """Discrete update at initialization (Drake: ``DeclareInitializationDiscreteUpdateEvent``)."""
+        return self._declare_event(DISCRETE_UPDATE, TriggerType.INITIALIZATION, update, name=name)
+
+    def declare_initialization_unrestricted_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """Unrestricted update at initialization (Drake: ``DeclareInitializationUnrestrictedUpdateEvent``)."""
+        return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.INITIALIZATION, update, name=name)
+
+    def declare_forced_publish_event(self, publish: Callable[[Context], Any], name: str = "") -> Event:
+        """Publish run by ``publish(context)`` with no events (Drake: ``DeclareForcedPublishEvent``)."""
+        return self._declare_event(PUBLISH, TriggerType.FORCED, publish, name=name)
+
+    def declare_forced_discrete_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """Run by ``calc_discrete_variable_updates(context)`` (Drake: ``DeclareForcedDiscreteUpdateEvent``)."""
+        return self._declare_event(DISCRETE_UPDATE, TriggerType.FORCED, update, name=name)
+
+    def declare_forced_unrestricted_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """Run by ``calc_unrestricted_update(context)`` (Drake: ``DeclareForcedUnrestrictedUpdateEvent``)."""
+        return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.FORCED, update, name=name)
+
+    # ===== event handlers (override to handle simultaneous events together) ========================
+    def do_publish(self, context: Context, events: EventCollection) -> tuple[Any, ...]:
+        """Handle the simultaneous publish events of this system (Drake: ``DoPublish``).
+
+        Default: each active event's callback, in order. Returns one recorded value (or None) per
+        event. An override must not (and cannot) change the state.
+        """
+        out = []
+        for e, active in events:
+            if e.callback is None:
+                out.append(None)
+                continue
+
+            def run(e: Event = e) -> Any:
+                value = _call(self, e.callback, context)
+                if isinstance(value, (Context, State)):
+                    raise DeclarationError(
+                        f"The publish callback of {e!r} returned a {type(value).__name__}: publish events cannot "
+                        f"change the state. Declare an unrestricted (or discrete) update event instead."
+                    )
+                return value
+
+            if isinstance(active, bool) and active:
+                out.append(run())
+            else:
+                shape = jax.eval_shape(run)
+                out.append(jax.lax.cond(active, run, lambda shape=shape: _zeros_like_shape(shape)))
+        return tuple(out)
+
+    def do_calc_discrete_variable_updates(
+        self, context: Context, events: EventCollection, discrete_state: DiscreteValues
+    ) -> DiscreteValues:
+        """Handle the simultaneous discrete-update events (Drake: ``DoCalcDiscreteVariableUpdates``).
+
+        Default: each active event's ``callback(context, values_so_far)`` in order; all read the
+        same ``context`` (the state before this update).
+        """
+        from .dispatch import cond_or_call, normalize_discrete
+
+        ds = discrete_state
+        for e, active in events:
+            if e.callback is None:
+                continue
+
+            def run(ds: DiscreteValues, e: Event = e) -> DiscreteValues:
+                return normalize_discrete(self, _call(self, e.callback, context, ds), ds, f"the update of {e!r}")
+
+            ds = cond_or_call(active, run, lambda ds: ds, ds)
+        return ds
+
+    def do_calc_unrestricted_update(self, context: Context, events: EventCollection, state: State) -> State:
+        """Handle the simultaneous unrestricted-update events (Drake: ``DoCalcUnrestrictedUpdate``).
+
+        Default: each active event's ``callback(context, state_so_far) -> State`` in order.
+        """
+        from .dispatch import check_state, cond_or_call
+
+        st = state
+        for e, active in events:
+            if e.callback is None:
+                continue
+
+            def run(st: State, e: Event = e) -> State:
+                return check_state(self, _call(self, e.callback, context, st), st, f"the update of {e!r}")
+
+            st = cond_or_call(active, run, lambda st: st, st)
+        return st
+
     # ===== declarations: constraints =============================================================
     def declare_equality_constraint(
         self, calc: Callable[[Context], Any], count: int, description: str
@@ -597,6 +781,10 @@ class LeafSystem(System):
 
     def _feedthrough_inputs_of(self, output_index: int) -> frozenset[int]:
         return frozenset(i for i, o in self.get_direct_feedthroughs() if o == output_index)
+
+
+def _zeros_like_shape(shape: Any) -> Any:
+    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape)
 
 
 def _as_array_like(dtype: Any) -> Callable[[Any], Any]:
