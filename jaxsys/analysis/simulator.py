@@ -36,7 +36,9 @@ import numpy as np
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
+from ..framework.events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, TriggerType
 from ..framework.system import System
+from .event_loop import EventProgram, PublishLog, get_rest, set_rest
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .progress import AbstractProgressMeter, NoProgressMeter
 
@@ -90,6 +92,23 @@ class _Raw(NamedTuple):
     ys: Any
     stats: IntegratorStatistics
     status: Array
+    rest: Any = None  # discrete and abstract state, for systems with events
+    logs: Any = ()
+    counts: Any = None  # [publishes, discrete updates, unrestricted updates]
+
+
+class SimulatorStatistics(eqx.Module):
+    """Drake's simulator statistics: steps, and how many times each kind of event was dispatched
+    (simultaneous events of one kind count once, as in Drake)."""
+
+    num_steps_taken: Array
+    num_publishes: Array
+    num_discrete_updates: Array
+    num_unrestricted_updates: Array
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain Python numbers."""
+        return {k: int(np.asarray(getattr(self, k))) for k in self.__dataclass_fields__}
 
 
 class SimulationResult(eqx.Module):
@@ -101,13 +120,30 @@ class SimulationResult(eqx.Module):
     - `ys`: the recorded values at ``ts`` (the ``record`` function's pytree with a leading axis n).
     - `stats`: :class:`IntegratorStatistics`.
     - `status`: 0 ok; else a code of :data:`STATUS_MESSAGES`.
+    - `publish_logs`: one :class:`PublishLog` per per-step or periodic publish event, in the order
+      of ``system``'s events (use :meth:`get_publish_log`).
+    - `simulator_stats`: Drake's simulator statistics (steps, publishes, updates).
+    - `initialization_publishes`: the values recorded by initialization publish events.
     """
+
+    def get_publish_log(self, event: Any) -> PublishLog:
+        """The log of one publish event (an Event, or its name)."""
+        for log in self.publish_logs:
+            if log.name == (event if isinstance(event, str) else event.name):
+                return log
+        raise JaxsysError(
+            f"No publish log for {event!r}; logs are kept for per-step and periodic publish events: "
+            f"{[log.name for log in self.publish_logs]}."
+        )
 
     context: Context
     ts: Array
     ys: Any
     stats: IntegratorStatistics
     status: Array
+    publish_logs: tuple[PublishLog, ...] = ()
+    simulator_stats: SimulatorStatistics | None = None
+    initialization_publishes: Any = ()
 
     def message(self) -> str:
         """The status as text (for a concrete, unbatched result)."""
@@ -196,6 +232,9 @@ def simulate(
     throw: bool = True,
     start_time: float | None = None,
     progress_meter: AbstractProgressMeter | None = None,
+    initialize: bool = True,
+    updates_at_start: bool = True,
+    log_capacity: int = 10_000,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -209,6 +248,12 @@ def simulate(
     - `record`: ``f(context) -> pytree`` recorded at ``save_at`` (default: the continuous state
       vector). Use it to record outputs, e.g. ``lambda c: diagram.get_output_port(0).eval(c)``.
     - `throw`: raise on failure (default); if False, inspect ``result.status``.
+    - `initialize`: run initialization events first, and publishes due at the start (Drake's
+      ``Simulator::Initialize``). Pass False to continue from the final context of an earlier run.
+    - `updates_at_start`: perform the updates due exactly at the start time (Drake does, in the
+      first step). False after :func:`advance_pending_events` already did them.
+    - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
+      from their period and the horizon when those are known while tracing).
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -243,6 +288,24 @@ def simulate(
             f"'boundary_time >= context->get_time()' failed)."
         )
 
+    program = EventProgram(system)
+    init_values: Any = ()
+    events = None
+    if program:
+        if initialize:
+            context, _, init_values = program.initialize(context, None, ())
+        k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
+        logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
+        n_p0 = jnp.zeros((), jnp.int32)
+        if initialize:
+            # per-step publishes and periodic publishes due at the start time belong to Initialize
+            k0, logs0, n_p0 = program.publishes(context, k0, jnp.array(True), logs0)
+            n_p0 = n_p0 + int(bool(program.by[(TriggerType.INITIALIZATION, PUBLISH)]))
+        n_init_d = int(bool(initialize and program.by[(TriggerType.INITIALIZATION, DISCRETE_UPDATE)]))
+        n_init_u = int(bool(initialize and program.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]))
+        counts0 = jnp.stack([n_p0, jnp.asarray(n_init_d, jnp.int32), jnp.asarray(n_init_u, jnp.int32)])
+        events = (program, k0, logs0, get_rest(context), counts0)
+
     cs = context.get_continuous_state()
     x0 = cs.x
 
@@ -264,7 +327,7 @@ def simulate(
     aux["progress"] = (progress, progress_token)
     fixed = integrator.get_fixed_step_mode()
     plan = None
-    if fixed:
+    if fixed and not program:
         t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
         plan = _plan_fixed_steps(
             integrator.max_step_size, t0_plan, c_tf, np.zeros(0) if save_at is None else _concrete(save_at)
@@ -275,7 +338,9 @@ def simulate(
             system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx, exact, progress
         )
     else:
-        raw = _simulate_while(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed, progress)
+        raw = _simulate_while(
+            system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed, progress, events
+        )
     progress.close(progress_token, raw.t)
     # Checks are attached to the few arrays a caller uses (final state, recorded values, status),
     # not to the whole context: a diagram's context has arrays for every leaf.
@@ -298,7 +363,14 @@ def simulate(
         )
     t_end, x_end, ys, status = checked
     final = context.with_time(t_end).with_continuous_state(x_end)
-    return SimulationResult(final, ts, ys, raw.stats, status)
+    if program:
+        final = set_rest(final, raw.rest)
+        counts = raw.counts
+        sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, counts[0], counts[1], counts[2])
+    else:
+        zero = jnp.zeros((), jnp.int32)
+        sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, zero, zero, zero)
+    return SimulationResult(final, ts, ys, raw.stats, status, tuple(raw.logs), sim_stats, init_values)
 
 
 def _plan_fixed_steps(
@@ -499,6 +571,7 @@ def _simulate_while(
     ts: Array,
     fixed: bool,
     progress: AbstractProgressMeter,
+    events: Any = None,
 ) -> _Raw:
     """Step attempts in an ``equinox.internal.while_loop(kind="bounded")`` (see the module docstring)."""
     dtype = t0.dtype
@@ -520,6 +593,10 @@ def _simulate_while(
     else:
         save = ()
     seg = (t0, jnp.zeros((), i32)) if fixed else ()  # fixed mode: last boundary and steps since it
+    program = events[0] if events is not None else None
+    # events: (discrete/abstract state, periodic counters, publish logs, step open?, [publishes,
+    # discrete updates, unrestricted updates])
+    evc = (events[3], events[1], events[2], jnp.array(False), events[4]) if program else ()
     init = (
         t0,
         x0,
@@ -527,6 +604,7 @@ def _simulate_while(
         jnp.asarray([nan, 0.0, nan, nan, h0, h0], dtype),
         save,
         seg,
+        evc,
     )
 
     def next_save(save: Any) -> Array:
@@ -536,7 +614,7 @@ def _simulate_while(
         return jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], jnp.inf)
 
     def unfinished(c: Any) -> Array:
-        t, _, ic, _, save, _ = c
+        t, _, ic, _, save, _, _ = c
         more = t < t_final
         if n_save:
             more = more | (save[0] < n_save)
@@ -545,9 +623,33 @@ def _simulate_while(
     meter, token = aux["progress"]
 
     def body(c: Any) -> Any:
-        t, x, ic, fs, save, seg = c
+        t, x, ic, fs, save, seg, evc = c
         meter.update(token, t, ic[_I_ATTEMPTS])
         boundary = jnp.minimum(next_save(save), t_final)
+        if program:
+            # start of a Drake step (once per step, not per attempt): unrestricted then discrete updates
+            rest, k_ev, logs, step_open, counts = evc
+            base = set_rest(context.with_time(t).with_continuous_state(x), rest)
+            base, k_ev, n_u, n_d = program.updates(base, k_ev, ~step_open)
+            x = base.get_continuous_state_vector()
+            rest = get_rest(base)
+            f_cur = system._derivative_function(base)
+            aux_cur = dict(aux)
+            aux_cur["v_to_qdot"] = lambda tt, xx, v: system._map_raw(
+                base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
+            )
+
+            def make_ctx(tt: Array, xx: Array) -> Context:
+                return set_rest(context.with_time(tt).with_continuous_state(xx), rest)
+
+            # a step never jumps over a periodic event: it is truncated to land on it
+            boundary = jnp.minimum(boundary, program.next_event_time(k_ev, dtype))
+        else:
+            f_cur, aux_cur = f, aux
+
+            def make_ctx(tt: Array, xx: Array) -> Context:
+                return context.with_time(tt).with_continuous_state(xx)
+
         h_max = boundary - t
         if fixed:
             t_seg, n_seg = seg
@@ -558,9 +660,19 @@ def _simulate_while(
         else:
             h_att = fs[_F_HTRY]
             limited = h_max < 0.95 * h_att
-            h = jnp.minimum(jnp.where(limited | (h_max < 1.001 * h_att), h_max, h_att), max_step)
+            to_boundary = limited | (h_max < 1.001 * h_att)
+            # Drake's stretch rule: a boundary within stretch_factor * max_step is reached in one
+            # step rather than leaving a sliver (e.g. 0.8 - 0.7 = 0.10000000000000009 > 0.1)
+            h = jnp.where(
+                to_boundary & (h_max <= stretch * max_step),
+                h_max,
+                jnp.minimum(jnp.where(to_boundary, h_max, h_att), max_step),
+            )
+        if x0.shape[0] == 0:
+            h = h_max  # no continuous state: time goes straight to the next boundary
+            limited = jnp.array(True)
         h = jnp.maximum(h, 0.0)
-        x_new, err, ok = integrator.attempt_step(f, t, x, h, aux)
+        x_new, err, ok = integrator.attempt_step(f_cur, t, x, h, aux_cur)
         reaches_boundary = h >= h_max
         t_new = jnp.where(reaches_boundary, boundary, t + h)
         if fixed:
@@ -574,13 +686,15 @@ def _simulate_while(
             # A non-finite x_new gives a NaN error norm, which error control treats as a failed step.
             err_norm = _state_norm(
                 system,
-                lambda: context.with_time(t_new).with_continuous_state(x_new),
+                lambda: make_ctx(t_new, x_new),
                 aux["num_q"],
                 aux["num_v"],
                 err,
                 integrator,
             )
             success, h_next, at_min_b, violation = _adjust_step(integrator, err_norm, h, ic[_I_ATMIN] > 0, working_min)
+            if x0.shape[0] == 0:  # nothing to integrate: every step is accepted
+                success, violation = jnp.array(True), jnp.array(False)
             # a Newton failure is a sub-step failure: halve the step (Drake's subdivision factor)
             violation = violation & ok
             accept = success & ok & ~violation
@@ -620,15 +734,20 @@ def _simulate_while(
         if n_save:
             k, buf = save
             hit = accept & reaches_boundary & (k < n_save) & (boundary == next_save(save))
-            buf = _write(buf, k, record(context.with_time(t_acc).with_continuous_state(x_acc)), hit)
+            buf = _write(buf, k, record(make_ctx(t_acc, x_acc)), hit)
             save = (k + hit.astype(i32), buf)
         if fixed:
             at_b = accept & reaches_boundary
             seg = (jnp.where(at_b, t_new, seg[0]), jnp.where(at_b, 0, seg[1] + acc_i))
-        return (t_acc, x_acc, ic, fs, save, seg)
+        if program:
+            # end of the step: publishes at the new time
+            k_ev, logs, n_p = program.publishes(make_ctx(t_acc, x_acc), k_ev, accept, logs)
+            counts = counts + jnp.stack([n_p, n_d, n_u])
+            evc = (rest, k_ev, logs, ~accept, counts)
+        return (t_acc, x_acc, ic, fs, save, seg, evc)
 
     out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
-    t, x, ic, fs, save, _ = out
+    t, x, ic, fs, save, _, evc = out
     status = jnp.where(unfinished(out), STATUS_MAX_STEPS, ic[_I_STATUS]).astype(i32)
     stats = _statistics(
         steps=ic[_I_STEPS],
@@ -642,6 +761,9 @@ def _simulate_while(
         previous=fs[_F_PREVIOUS],
     )
     buf = save[1] if n_save else _record_buffer(record, context, 0)
+    if program:
+        rest, _, logs, _, counts = evc
+        return _Raw(t, x, buf, stats, status, rest, logs, counts)
     return _Raw(t, x, buf, stats, status)
 
 

@@ -1,0 +1,243 @@
+"""Events inside the simulation loop (Drake's ``Simulator::Step`` ordering).
+
+One Drake step starting at time t:
+
+1. unrestricted updates: per-step events and periodic events due at t;
+2. discrete updates: the same, seeing the state after step 1;
+3. one integration step to at most the next event time (truncated to land on it, with the stretch
+   rule), the next ``save_at`` time, or ``t_final``;
+4. publishes at the new time: per-step events and periodic events due then; their values are
+   recorded in the publish log.
+
+``simulate`` runs initialization events first (unrestricted, discrete, then publishes, including
+periodic publishes due at the start time). Updates due exactly at ``t_final`` are left pending, as
+Drake's ``AdvanceTo`` does; :func:`advance_pending_events` performs them. Periodic event times are
+``offset + k * period`` from integer counters (no accumulated rounding); times within a relative
+1e-12 are simultaneous.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..framework.context import Context, DiscreteValues
+from ..framework.dispatch import all_events, dispatch_discrete, dispatch_publish, dispatch_unrestricted
+from ..framework.events import (
+    DISCRETE_UPDATE,
+    PUBLISH,
+    UNRESTRICTED_UPDATE,
+    Event,
+    EventCollection,
+    TriggerType,
+    _time_tolerance,
+)
+from ..framework.system import System
+
+
+Array = jax.Array
+
+
+class PublishLog(eqx.Module):
+    """Values recorded by one publish event during a simulation.
+
+    **Fields:**
+    - `times`: shape ``(capacity,)``; entries past ``count`` are NaN.
+    - `values`: the callback's pytree with a leading axis ``capacity`` (zeros past ``count``).
+    - `count`: number of publishes (may exceed ``capacity``: only the first ``capacity`` are kept).
+    - `name`: the event's name (static).
+    """
+
+    times: Array
+    values: Any
+    count: Array
+    name: str = eqx.field(static=True, default="")
+
+    def sample_times(self) -> Array:
+        """The publish times (concrete results only): Drake ``VectorLog::sample_times``."""
+        return self.times[: int(min(int(self.count), self.times.shape[0]))]
+
+    def data(self) -> Any:
+        """The recorded values (concrete results only), leading axis = time (Drake ``VectorLog::data``
+        is its transpose)."""
+        n = int(min(int(self.count), self.times.shape[0]))
+        return jax.tree_util.tree_map(lambda v: v[:n], self.values)
+
+
+def set_rest(context: Context, rest: tuple[Any, Any]) -> Context:
+    """``context`` with discrete groups and abstract values ``rest`` (flattened diagram order)."""
+    groups, abstract = rest
+    if groups:
+        context = context.with_discrete_state(DiscreteValues(tuple(groups), context.system_id))
+    for i, v in enumerate(abstract):
+        context = context.with_abstract_state(i, v)
+    return context
+
+
+def get_rest(context: Context) -> tuple[Any, Any]:
+    """The discrete groups and abstract values of ``context`` (the non-continuous state)."""
+    return (tuple(context.get_discrete_state().groups), tuple(context.get_abstract_state().values))
+
+
+class EventProgram:
+    """The static event structure of a system, and the pure functions the loop calls."""
+
+    def __init__(self, system: System) -> None:
+        self.system = system
+        evs = [e for _, e in all_events(system)]
+        self.periodic = [e for e in evs if e.trigger is TriggerType.PERIODIC]
+        self.by = {
+            (trig, kind): [e for e in evs if e.trigger is trig and e.kind == kind]
+            for trig in (TriggerType.PERIODIC, TriggerType.PER_STEP, TriggerType.INITIALIZATION)
+            for kind in (PUBLISH, DISCRETE_UPDATE, UNRESTRICTED_UPDATE)
+        }
+        # the publish events that are logged during the loop
+        self.loop_publish = self.by[(TriggerType.PER_STEP, PUBLISH)] + self.by[(TriggerType.PERIODIC, PUBLISH)]
+        self.has_events = bool(evs)
+
+    def __bool__(self) -> bool:
+        return self.has_events
+
+    # ----- counters of periodic events ------------------------------------------------------
+    def init_counters(self, t0: Array, updates_at_start: bool, publishes_at_start: bool) -> Array:
+        ks = []
+        for e in self.periodic:
+            inclusive = updates_at_start if e.kind != PUBLISH else publishes_at_start
+            ks.append(e.next_time_index(t0, inclusive=inclusive))
+        return jnp.stack(ks) if ks else jnp.zeros((0,), jnp.int32)
+
+    def next_times(self, k: Array, dtype: Any) -> Array:
+        if not self.periodic:
+            return jnp.zeros((0,), dtype)
+        return jnp.stack([e.occurrence(k[i], dtype) for i, e in enumerate(self.periodic)])
+
+    def next_event_time(self, k: Array, dtype: Any) -> Array:
+        if not self.periodic:
+            return jnp.asarray(jnp.inf, dtype)
+        return jnp.min(self.next_times(k, dtype))
+
+    def due(self, k: Array, t: Array) -> Array:
+        """Per periodic event: is its next occurrence at t (within the simultaneity tolerance)?"""
+        if not self.periodic:
+            return jnp.zeros((0,), bool)
+        return jnp.abs(self.next_times(k, t.dtype) - t) <= _time_tolerance(t)
+
+    def _mask(self, events: list[Event], trigger_all: bool, due: Array, gate: Array) -> Array:
+        """Activity of ``events``: periodic ones when due; others (per-step) always; all gated."""
+        act = []
+        for e in events:
+            if e.trigger is TriggerType.PERIODIC:
+                act.append(due[self.periodic.index(e)] & gate)
+            else:
+                act.append(jnp.asarray(trigger_all) & gate)
+        return jnp.stack(act) if act else jnp.zeros((0,), bool)
+
+    # ----- the phases -------------------------------------------------------------------------
+    def updates(self, context: Context, k: Array, gate: Array) -> tuple[Context, Array, Array, Array]:
+        """Start-of-step updates at the context's time (if ``gate``): unrestricted, then discrete.
+
+        Returns (new context, new counters, number of unrestricted, number of discrete updates)."""
+        t = context.get_time()
+        due = self.due(k, t)
+        n_u = n_d = jnp.zeros((), jnp.int32)
+        u_events = (
+            self.by[(TriggerType.PER_STEP, UNRESTRICTED_UPDATE)] + self.by[(TriggerType.PERIODIC, UNRESTRICTED_UPDATE)]
+        )
+        if u_events:
+            act = self._mask(u_events, True, due, gate)
+            state = dispatch_unrestricted(self.system, context, EventCollection(u_events, act))
+            context = context.with_state(state)
+            n_u = jnp.any(act).astype(jnp.int32)
+        d_events = self.by[(TriggerType.PER_STEP, DISCRETE_UPDATE)] + self.by[(TriggerType.PERIODIC, DISCRETE_UPDATE)]
+        if d_events:
+            act = self._mask(d_events, True, due, gate)
+            values = dispatch_discrete(self.system, context, EventCollection(d_events, act))
+            context = context.with_discrete_state(values)
+            n_d = jnp.any(act).astype(jnp.int32)
+        k = self.advance(k, due, gate, kinds=(UNRESTRICTED_UPDATE, DISCRETE_UPDATE))
+        return context, k, n_u, n_d
+
+    def advance(self, k: Array, due: Array, gate: Array, kinds: tuple[str, ...]) -> Array:
+        if not self.periodic:
+            return k
+        inc = jnp.stack([due[i] & gate & (e.kind in kinds) for i, e in enumerate(self.periodic)])
+        return k + inc.astype(k.dtype)
+
+    def publishes(
+        self, context: Context, k: Array, gate: Array, logs: tuple[Any, ...]
+    ) -> tuple[Array, tuple[Any, ...], Array]:
+        """End-of-step publishes at the context's time (if ``gate``), recorded into ``logs``."""
+        if not self.loop_publish:
+            return k, logs, jnp.zeros((), jnp.int32)
+        t = context.get_time()
+        due = self.due(k, t)
+        act = self._mask(self.loop_publish, True, due, gate)
+        values = dispatch_publish(self.system, context, EventCollection(self.loop_publish, act))
+        logs = tuple(_log_write(log, act[i], t, v) for i, (log, v) in enumerate(zip(logs, values)))
+        k = self.advance(k, due, gate, kinds=(PUBLISH,))
+        return k, logs, jnp.any(act).astype(jnp.int32)
+
+    def initialize(self, context: Context, k: Array, logs: tuple[Any, ...]) -> tuple[Context, tuple[Any, ...], Any]:
+        """Initialization events (unrestricted, discrete, then publishes, including per-step
+        publishes and periodic publishes due at the start time). Returns the new context, the
+        logs and the initialization publish values."""
+        u = self.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]
+        if u:
+            context = context.with_state(dispatch_unrestricted(self.system, context, EventCollection(u)))
+        d = self.by[(TriggerType.INITIALIZATION, DISCRETE_UPDATE)]
+        if d:
+            context = context.with_discrete_state(dispatch_discrete(self.system, context, EventCollection(d)))
+        p = self.by[(TriggerType.INITIALIZATION, PUBLISH)]
+        init_values = dispatch_publish(self.system, context, EventCollection(p)) if p else ()
+        return context, logs, init_values
+
+    # ----- logs -----------------------------------------------------------------------------
+    def allocate_logs(self, context: Context, capacities: list[int]) -> tuple[Any, ...]:
+        if not self.loop_publish:
+            return ()
+        shapes = jax.eval_shape(lambda c: dispatch_publish(self.system, c, EventCollection(self.loop_publish)), context)
+        dtype = context.time.dtype
+        logs = []
+        for e, shape, cap in zip(self.loop_publish, shapes, capacities):
+            values = jax.tree_util.tree_map(lambda s, cap=cap: jnp.zeros((cap,) + s.shape, s.dtype), shape)
+            logs.append(PublishLog(jnp.full((cap,), jnp.nan, dtype), values, jnp.zeros((), jnp.int32), e.name))
+        return tuple(logs)
+
+    def capacities(self, t0: Any, t_final: Any, default: int) -> list[int]:
+        out = []
+        for e in self.loop_publish:
+            if e.trigger is TriggerType.PERIODIC and t0 is not None and t_final is not None:
+                first = max(0, int(np.ceil((float(t0) - e.offset) / e.period - 1e-9)))
+                last = int(np.floor((float(t_final) - e.offset) / e.period + 1e-9))
+                out.append(max(last - first + 1, 1))
+            else:
+                out.append(default)
+        return out
+
+
+def _log_write(log: PublishLog, active: Array, t: Array, value: Any) -> PublishLog:
+    cap = log.times.shape[0]
+    i = jnp.clip(log.count, 0, cap - 1)
+    write = active & (log.count < cap)
+    times = log.times.at[i].set(jnp.where(write, t, log.times[i]))
+    values = jax.tree_util.tree_map(lambda buf, v: buf.at[i].set(jnp.where(write, v, buf[i])), log.values, value)
+    return dataclasses.replace(log, times=times, values=values, count=log.count + active.astype(log.count.dtype))
+
+
+def advance_pending_events(system: System, context: Context) -> Context:
+    """Perform the updates due at the context's time: per-step and periodic unrestricted, then
+    discrete updates (Drake's ``Simulator::AdvancePendingEvents``). No publishes, no integration.
+
+    A simulation continued from the result must then pass ``updates_at_start=False`` to
+    :func:`~jaxsys.simulate` (the :class:`~jaxsys.Simulator` does this for you).
+    """
+    system.validate_context(context)
+    program = EventProgram(system)
+    k = program.init_counters(context.get_time(), True, True)
+    new, _, _, _ = program.updates(context, k, jnp.array(True))
+    return new
