@@ -6,6 +6,10 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 """
 
 from . import examples as examples, primitives as primitives
+from .analysis.event_loop import (
+    PublishLog as PublishLog,
+    advance_pending_events as advance_pending_events,
+)
 from .analysis.integrators import (
     ALL_INTEGRATORS as ALL_INTEGRATORS,
     BogackiShampine3Integrator as BogackiShampine3Integrator,
@@ -29,6 +33,7 @@ from .analysis.simulator import (
     IntegratorStatistics as IntegratorStatistics,
     SimulationResult as SimulationResult,
     Simulator as Simulator,
+    SimulatorStatistics as SimulatorStatistics,
     simulate as simulate,
 )
 from .framework.constraints import (
@@ -60,6 +65,12 @@ from .framework.errors import (
     PortError as PortError,
     StateError as StateError,
     SystemMismatchError as SystemMismatchError,
+)
+from .framework.events import (
+    CompositeEventCollection as CompositeEventCollection,
+    Event as Event,
+    EventCollection as EventCollection,
+    TriggerType as TriggerType,
 )
 from .framework.leaf_system import (
     AbstractParameterIndex as AbstractParameterIndex,

@@ -38,7 +38,7 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, TriggerType
 from ..framework.system import System
-from .event_loop import EventProgram, PublishLog, get_rest, set_rest
+from .event_loop import EventProgram, PublishLog, advance_pending_events, get_rest, set_rest
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .progress import AbstractProgressMeter, NoProgressMeter
 
@@ -785,29 +785,53 @@ class Simulator:
         self._rate = 0.0
         self._initialized = False
         self._stats: dict[str, float] = {}
-        self._compiled: Any = None
+        self._compiled: dict[Any, Any] = {}
+        self._updates_at_start = True
+        self._last_result: SimulationResult | None = None
+        self._init_publishes: Any = ()
+        self._init_logs: Any = ()
         self._wall_start = 0.0
         self._sim_start = 0.0
 
-    def _advance_fn(self) -> Any:
-        if self._compiled is None:
+    def _advance_fn(self, updates_at_start: bool) -> Any:
+        key = ("advance", updates_at_start)
+        if key not in self._compiled:
             system, integrator = self._system, self._integrator
 
             @jax.jit
             def advance(context: Context, t_final: Array) -> SimulationResult:
-                return simulate(system, context, t_final, integrator)
+                return simulate(
+                    system, context, t_final, integrator, initialize=False, updates_at_start=updates_at_start
+                )
 
-            self._compiled = advance
-        return self._compiled
+            self._compiled[key] = advance
+        return self._compiled[key]
 
-    def initialize(self) -> None:
-        """Prepare to simulate (Drake: ``Initialize``). Events are handled by a later release."""
+    def initialize(self) -> Context:
+        """Run the initialization events, then publishes due at the start time (Drake: ``Initialize``).
+
+        Called by the first :meth:`advance_to` if not called before. Returns the context.
+        """
+        program = EventProgram(self._system)
+        if program:
+            context = self._context
+            context, _, self._init_publishes = program.initialize(context, None, ())
+            k0 = program.init_counters(context.get_time(), True, True)
+            logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
+            _, self._init_logs, _ = program.publishes(context, k0, jnp.array(True), logs0)
+            self._context = context
         self._initialized = True
+        self._updates_at_start = True
         self._wall_start = _time.perf_counter()
         self._sim_start = float(self._context.get_time())
+        return self._context
 
     def advance_to(self, boundary_time: float) -> Context:
-        """Advance the context to ``boundary_time`` (Drake: ``AdvanceTo``); returns the new context."""
+        """Advance the context to ``boundary_time`` (Drake: ``AdvanceTo``); returns the new context.
+
+        Updates due exactly at ``boundary_time`` stay pending (performed by the next ``advance_to``
+        or by :meth:`advance_pending_events`); publishes due then are done.
+        """
         if not self._initialized:
             self.initialize()
         t = float(self._context.get_time())
@@ -815,19 +839,38 @@ class Simulator:
             raise JaxsysError(
                 f"Simulator.advance_to({boundary_time}): the context is already at t={t}; time cannot go backwards."
             )
-        result = self._advance_fn()(self._context, jnp.asarray(boundary_time, self._context.time.dtype))
+        fn = self._advance_fn(self._updates_at_start)
+        result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype))
+        self._last_result = result
         self._context = result.context
+        self._updates_at_start = True
         for k, v in result.stats.as_dict().items():
             if k.startswith("num_"):
                 self._stats[k] = self._stats.get(k, 0) + v
             else:
                 self._stats[k] = v
+        for k, v in result.simulator_stats.as_dict().items():
+            if k != "num_steps_taken":
+                self._stats[k] = self._stats.get(k, 0) + v
         if self._rate > 0:
             target_wall = (boundary_time - self._sim_start) / self._rate
             elapsed = _time.perf_counter() - self._wall_start
             if target_wall > elapsed:
                 _time.sleep(target_wall - elapsed)
         return self._context
+
+    def advance_pending_events(self) -> Context:
+        """Perform the updates due at the current time (Drake: ``AdvancePendingEvents``)."""
+        if not self._initialized:
+            self.initialize()
+        if self._updates_at_start:
+            self._context = advance_pending_events(self._system, self._context)
+            self._updates_at_start = False
+        return self._context
+
+    def get_last_result(self) -> SimulationResult | None:
+        """The SimulationResult of the last ``advance_to`` (publish logs, statistics)."""
+        return self._last_result
 
     def get_context(self) -> Context:
         """The current context (Drake: ``get_context``)."""
@@ -853,7 +896,7 @@ class Simulator:
         Integrators are immutable: to change an option, pass ``integrator.with_options(...)``.
         """
         self._integrator = integrator
-        self._compiled = None
+        self._compiled = {}
         return integrator
 
     def set_target_realtime_rate(self, rate: float) -> None:
