@@ -96,9 +96,6 @@ class Event:
         return f"Event({self.kind}, {self.trigger.value}{extra}, name={self.name!r}, system={where})"
 
 
-# Drake's names for the three kinds
-PublishEvent = DiscreteUpdateEvent = UnrestrictedUpdateEvent = Event
-
 # Event times within this tolerance of each other are simultaneous (Drake takes a 1.1e-16 s step
 # between offset + k period computed two ways; jaxsys does not).
 SIMULTANEITY_RTOL = 1e-12

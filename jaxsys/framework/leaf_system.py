@@ -23,6 +23,7 @@ Like every ``equinox.Module``, a subclass must annotate any extra attribute it s
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -52,6 +53,7 @@ from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventC
 from .feedthrough import jaxpr_dependencies
 from .ports import ABSTRACT, VECTOR, InputPort, OutputPort, abstract_signature
 from .system import System
+from .witness import WitnessFunction, WitnessFunctionDirection
 
 
 class ContinuousStateIndex(int):
@@ -140,6 +142,7 @@ class LeafSystem(System):
         spec.output_calcs = []
         spec.output_feedthrough = []
         spec.events = []
+        spec.witnesses = []
 
     # ===== declarations: state =================================================================
     def declare_continuous_state(
@@ -509,6 +512,66 @@ class LeafSystem(System):
     def declare_forced_unrestricted_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
         """Run by ``calc_unrestricted_update(context)`` (Drake: ``DeclareForcedUnrestrictedUpdateEvent``)."""
         return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.FORCED, update, name=name)
+
+    # ===== witness functions =======================================================================
+    def make_witness_function(
+        self,
+        description: str,
+        direction: WitnessFunctionDirection | str,
+        calc: Callable[[Context], Any],
+        event: Event | None = None,
+    ) -> WitnessFunction:
+        """A witness function of this system (Drake: ``MakeWitnessFunction``).
+
+        **Arguments:**
+        - `description`: a name for messages and logs.
+        - `direction`: a :class:`WitnessFunctionDirection` (or its name, e.g.
+          ``"positive_then_non_positive"``).
+        - `calc`: ``calc(context) -> scalar``.
+        - `event`: fired at a triggering crossing: ``jaxsys.PublishEvent(cb)``,
+          ``jaxsys.DiscreteUpdateEvent(cb)`` or ``jaxsys.UnrestrictedUpdateEvent(cb)``; None for none.
+        """
+        if isinstance(direction, str):
+            try:
+                direction = WitnessFunctionDirection(direction)
+            except ValueError as e:
+                raise DeclarationError(
+                    f"make_witness_function({description!r}) on System {self.get_system_id_string()}: unknown "
+                    f"direction {direction!r}; use one of {[d.value for d in WitnessFunctionDirection]}."
+                ) from e
+        if not callable(calc):
+            raise DeclarationError(
+                f"make_witness_function({description!r}) on System {self.get_system_id_string()}: "
+                f"calc must be callable."
+            )
+        if event is not None:
+            if not isinstance(event, Event) or event.trigger is not TriggerType.WITNESS:
+                raise DeclarationError(
+                    f"make_witness_function({description!r}) on System {self.get_system_id_string()}: event must be "
+                    f"made with jaxsys.PublishEvent / DiscreteUpdateEvent / UnrestrictedUpdateEvent."
+                )
+            event = dataclasses.replace(
+                event, system=self, index=len(self._spec.events), name=event.name or f"witness:{description}"
+            )
+            self._spec.events.append(event)
+        return WitnessFunction(description, direction, calc, event, self)
+
+    def declare_witness_function(
+        self,
+        description: str,
+        direction: WitnessFunctionDirection | str,
+        calc: Callable[[Context], Any],
+        event: Event | None = None,
+    ) -> WitnessFunction:
+        """Make a witness function and return it from the default ``do_get_witness_functions``."""
+        w = self.make_witness_function(description, direction, calc, event)
+        self._spec.witnesses.append(w)
+        return w
+
+    def do_get_witness_functions(self, context: Context) -> list[WitnessFunction]:
+        """The witness functions active in ``context`` (Drake: ``DoGetWitnessFunctions``); default: the
+        declared ones. The list must not depend on values in the context (it is fixed when traced)."""
+        return list(self._spec.witnesses)
 
     # ===== event handlers (override to handle simultaneous events together) ========================
     def do_publish(self, context: Context, events: EventCollection) -> tuple[Any, ...]:

@@ -559,6 +559,39 @@ class System(eqx.Module):
             per[k] = EventCollection([periodic[i] for i in idx], due[jnp.asarray(idx, jnp.int32)] if idx else None)
         return t_next, CompositeEventCollection(**per)
 
+    # ===== witness functions =====================================================================
+    def get_witness_functions(self, context: Context) -> list[Any]:
+        """The witness functions of this system and its subsystems (Drake: ``GetWitnessFunctions``)."""
+        from .dispatch import event_leaves, leaf_contexts_with_inputs
+
+        self.validate_context(context)
+        out = []
+        for leaf, ctx in zip(event_leaves(self), leaf_contexts_with_inputs(self, context)):
+            out.extend(leaf.do_get_witness_functions(ctx))
+        return out
+
+    def evaluate_witness(self, context: Context, witness: Any) -> jax.Array:
+        """The value of ``witness`` at ``context`` (Drake: ``EvaluateWitness``); a scalar."""
+        self.validate_context(context)
+        return self._evaluate_witness_raw(context, witness)
+
+    def _evaluate_witness_raw(self, context: Context, witness: Any) -> jax.Array:
+        from .dispatch import event_leaves, leaf_contexts_with_inputs
+        from .leaf_system import _call
+
+        leaves = event_leaves(self)
+        for li, leaf in enumerate(leaves):
+            if leaf._spec is witness.system._spec:
+                ctx = leaf_contexts_with_inputs(self, context)[li]
+                value = jnp.asarray(_call(leaf, witness.calc, ctx))
+                if value.size != 1:
+                    raise StateError(
+                        f"Witness function {witness.description!r} of System {leaf.get_system_id_string()} must "
+                        f"return a scalar; it returned shape {value.shape}."
+                    )
+                return jnp.reshape(value, ()).astype(context.time.dtype)
+        raise StateError(f"{witness!r} does not belong to System {self.get_system_id_string()} or its subsystems.")
+
     # ===== constraints =========================================================================
     def add_constraint(self, constraint: SystemConstraint) -> SystemConstraintIndex:
         """Add a SystemConstraint to this system (Drake: ``AddConstraint``); returns its index."""
