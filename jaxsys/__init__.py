@@ -82,6 +82,13 @@ from .framework.leaf_system import (
 )
 from .framework.ports import InputPort as InputPort, OutputPort as OutputPort
 from .framework.system import ConstraintReport as ConstraintReport, System as System
+from .framework.witness import (
+    DiscreteUpdateEvent as DiscreteUpdateEvent,
+    PublishEvent as PublishEvent,
+    UnrestrictedUpdateEvent as UnrestrictedUpdateEvent,
+    WitnessFunction as WitnessFunction,
+    WitnessFunctionDirection as WitnessFunctionDirection,
+)
 from .primitives import (
     Adder as Adder,
     ConstantVectorSource as ConstantVectorSource,

@@ -96,9 +96,34 @@ class EventProgram:
             for trig in (TriggerType.PERIODIC, TriggerType.PER_STEP, TriggerType.INITIALIZATION)
             for kind in (PUBLISH, DISCRETE_UPDATE, UNRESTRICTED_UPDATE)
         }
+        self.witnesses: list[Any] = []
+        self.witness_of: dict[int, int] = {}
         # the publish events that are logged during the loop
         self.loop_publish = self.by[(TriggerType.PER_STEP, PUBLISH)] + self.by[(TriggerType.PERIODIC, PUBLISH)]
         self.has_events = bool(evs)
+
+    def bind_witnesses(self, context: Context) -> None:
+        """Fix the witness functions (static for a simulation) from the start context."""
+        self.witnesses = self.system.get_witness_functions(context)
+        self.witness_of = {id(w.event): j for j, w in enumerate(self.witnesses) if w.event is not None}
+        self.loop_publish = self.loop_publish + [
+            w.event for w in self.witnesses if w.event is not None and w.event.kind == PUBLISH
+        ]
+        self.has_events = self.has_events or bool(self.witnesses)
+
+    def _witness_events(self, kind: str) -> list[Event]:
+        return [w.event for w in self.witnesses if w.event is not None and w.event.kind == kind]
+
+    def witness_values(self, context: Context) -> Array:
+        """All witness values at ``context``, shape (number of witnesses,)."""
+        return jnp.stack([self.system._evaluate_witness_raw(context, w) for w in self.witnesses])
+
+    def triggered(self, w0: Array, w1: Array) -> Array:
+        """Per witness: does going from w0 to w1 trigger it (its direction)?"""
+        return jnp.stack([w.direction.triggered(w0[j], w1[j]) for j, w in enumerate(self.witnesses)])
+
+    def no_witness_flags(self) -> Array:
+        return jnp.zeros((len(self.witnesses),), bool)
 
     def __bool__(self) -> bool:
         return self.has_events
@@ -127,35 +152,49 @@ class EventProgram:
             return jnp.zeros((0,), bool)
         return jnp.abs(self.next_times(k, t.dtype) - t) <= _time_tolerance(t)
 
-    def _mask(self, events: list[Event], trigger_all: bool, due: Array, gate: Array) -> Array:
-        """Activity of ``events``: periodic ones when due; others (per-step) always; all gated."""
+    def _mask(self, events: list[Event], due: Array, gate: Array, witness_flags: Array | None) -> Array:
+        """Activity of ``events``: periodic ones when due, witness ones when their witness
+        triggered, per-step ones always; all gated."""
         act = []
         for e in events:
             if e.trigger is TriggerType.PERIODIC:
                 act.append(due[self.periodic.index(e)] & gate)
+            elif e.trigger is TriggerType.WITNESS:
+                act.append(witness_flags[self.witness_of[id(e)]] & gate)
             else:
-                act.append(jnp.asarray(trigger_all) & gate)
+                act.append(jnp.asarray(gate))
         return jnp.stack(act) if act else jnp.zeros((0,), bool)
 
     # ----- the phases -------------------------------------------------------------------------
-    def updates(self, context: Context, k: Array, gate: Array) -> tuple[Context, Array, Array, Array]:
-        """Start-of-step updates at the context's time (if ``gate``): unrestricted, then discrete.
+    def updates(
+        self, context: Context, k: Array, gate: Array, witness_flags: Array | None = None
+    ) -> tuple[Context, Array, Array, Array]:
+        """Start-of-step updates at the context's time (if ``gate``): unrestricted, then discrete;
+        including the update events of witnesses that triggered at the end of the previous step.
 
         Returns (new context, new counters, number of unrestricted, number of discrete updates)."""
+        if witness_flags is None:
+            witness_flags = self.no_witness_flags()
         t = context.get_time()
         due = self.due(k, t)
         n_u = n_d = jnp.zeros((), jnp.int32)
         u_events = (
-            self.by[(TriggerType.PER_STEP, UNRESTRICTED_UPDATE)] + self.by[(TriggerType.PERIODIC, UNRESTRICTED_UPDATE)]
+            self.by[(TriggerType.PER_STEP, UNRESTRICTED_UPDATE)]
+            + self.by[(TriggerType.PERIODIC, UNRESTRICTED_UPDATE)]
+            + self._witness_events(UNRESTRICTED_UPDATE)
         )
         if u_events:
-            act = self._mask(u_events, True, due, gate)
+            act = self._mask(u_events, due, gate, witness_flags)
             state = dispatch_unrestricted(self.system, context, EventCollection(u_events, act))
             context = context.with_state(state)
             n_u = jnp.any(act).astype(jnp.int32)
-        d_events = self.by[(TriggerType.PER_STEP, DISCRETE_UPDATE)] + self.by[(TriggerType.PERIODIC, DISCRETE_UPDATE)]
+        d_events = (
+            self.by[(TriggerType.PER_STEP, DISCRETE_UPDATE)]
+            + self.by[(TriggerType.PERIODIC, DISCRETE_UPDATE)]
+            + self._witness_events(DISCRETE_UPDATE)
+        )
         if d_events:
-            act = self._mask(d_events, True, due, gate)
+            act = self._mask(d_events, due, gate, witness_flags)
             values = dispatch_discrete(self.system, context, EventCollection(d_events, act))
             context = context.with_discrete_state(values)
             n_d = jnp.any(act).astype(jnp.int32)
@@ -169,14 +208,17 @@ class EventProgram:
         return k + inc.astype(k.dtype)
 
     def publishes(
-        self, context: Context, k: Array, gate: Array, logs: tuple[Any, ...]
+        self, context: Context, k: Array, gate: Array, logs: tuple[Any, ...], witness_flags: Array | None = None
     ) -> tuple[Array, tuple[Any, ...], Array]:
-        """End-of-step publishes at the context's time (if ``gate``), recorded into ``logs``."""
+        """End-of-step publishes at the context's time (if ``gate``), recorded into ``logs``;
+        including the publish events of witnesses that triggered in this step."""
         if not self.loop_publish:
             return k, logs, jnp.zeros((), jnp.int32)
+        if witness_flags is None:
+            witness_flags = self.no_witness_flags()
         t = context.get_time()
         due = self.due(k, t)
-        act = self._mask(self.loop_publish, True, due, gate)
+        act = self._mask(self.loop_publish, due, gate, witness_flags)
         values = dispatch_publish(self.system, context, EventCollection(self.loop_publish, act))
         logs = tuple(_log_write(log, act[i], t, v) for i, (log, v) in enumerate(zip(logs, values)))
         k = self.advance(k, due, gate, kinds=(PUBLISH,))
@@ -218,6 +260,57 @@ class EventProgram:
             else:
                 out.append(default)
         return out
+
+
+def isolate_crossing(
+    program: EventProgram,
+    integrator: Any,
+    f: Any,
+    aux: Any,
+    make_ctx: Any,
+    t: Array,
+    x: Array,
+    h: Array,
+    w0: Array,
+    iterations: int,
+) -> tuple[Array, Array, Array]:
+    """The first witness crossing in a step of size ``h`` from (t, x).
+
+    Bisection on the step size (each trial is one step of the same integrator from (t, x)) finds the
+    shortest step after which some witness has triggered, to ``h * 2**-iterations``. The state lands
+    just past the crossing (as Drake does), so the witness cannot trigger again on the next step.
+    For derivatives, the landing time carries the implicit-function-theorem sensitivity of the
+    crossing time t*: a Newton correction t* = t_hi - w(t_hi) / (dw/dt) whose value is dropped but
+    whose derivative, -(dw/dtheta) / (dw/dt), is kept.
+    Returns (landing time, state there, which witnesses triggered).
+    """
+
+    def step_to(tau: Array) -> Array:
+        return integrator.attempt_step(f, t, x, tau, aux)[0]
+
+    def fires(tau: Array) -> Array:
+        return jnp.any(program.triggered(w0, program.witness_values(make_ctx(t + tau, step_to(tau)))))
+
+    def bisect(_: int, bracket: tuple[Array, Array]) -> tuple[Array, Array]:
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        hit = fires(mid)
+        return jnp.where(hit, lo, mid), jnp.where(hit, mid, hi)
+
+    _, hi = jax.lax.stop_gradient(jax.lax.fori_loop(0, iterations, bisect, (jnp.zeros_like(h), h)))
+    t_hi = t + hi
+    x_hi = step_to(hi)
+    trig = program.triggered(w0, program.witness_values(make_ctx(t_hi, x_hi)))
+    j = jnp.argmax(trig)
+
+    def wj(tt: Array, xx: Array) -> Array:
+        return program.witness_values(make_ctx(tt, xx))[j]
+
+    w_val, dwdt = jax.jvp(wj, (t_hi, x_hi), (jnp.ones_like(t_hi), f(t_hi, x_hi)))
+    dwdt = jax.lax.stop_gradient(jnp.where(jnp.abs(dwdt) > 0, dwdt, 1.0))
+    t_star = t_hi - w_val / dwdt
+    t_land = t_star + jax.lax.stop_gradient(t_hi - t_star)
+    return t_land, step_to(t_land - t), trig
 
 
 def _log_write(log: PublishLog, active: Array, t: Array, value: Any) -> PublishLog:

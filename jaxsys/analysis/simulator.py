@@ -38,7 +38,7 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, TriggerType
 from ..framework.system import System
-from .event_loop import EventProgram, PublishLog, advance_pending_events, get_rest, set_rest
+from .event_loop import EventProgram, PublishLog, advance_pending_events, get_rest, isolate_crossing, set_rest
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .progress import AbstractProgressMeter, NoProgressMeter
 
@@ -235,6 +235,7 @@ def simulate(
     initialize: bool = True,
     updates_at_start: bool = True,
     log_capacity: int = 10_000,
+    witness_iterations: int = 40,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -254,6 +255,8 @@ def simulate(
       first step). False after :func:`advance_pending_events` already did them.
     - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
       from their period and the horizon when those are known while tracing).
+    - `witness_iterations`: bisection steps isolating a witness crossing: the crossing time is
+      found to (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step).
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -294,6 +297,7 @@ def simulate(
     if program:
         if initialize:
             context, _, init_values = program.initialize(context, None, ())
+        program.bind_witnesses(context)
         k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
         logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
         n_p0 = jnp.zeros((), jnp.int32)
@@ -339,7 +343,20 @@ def simulate(
         )
     else:
         raw = _simulate_while(
-            system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, fixed, progress, events
+            system,
+            context,
+            integrator,
+            f,
+            aux,
+            record,
+            x0,
+            t0,
+            t_final_arr,
+            ts,
+            fixed,
+            progress,
+            events,
+            witness_iterations,
         )
     progress.close(progress_token, raw.t)
     # Checks are attached to the few arrays a caller uses (final state, recorded values, status),
@@ -572,6 +589,7 @@ def _simulate_while(
     fixed: bool,
     progress: AbstractProgressMeter,
     events: Any = None,
+    witness_iterations: int = 40,
 ) -> _Raw:
     """Step attempts in an ``equinox.internal.while_loop(kind="bounded")`` (see the module docstring)."""
     dtype = t0.dtype
@@ -596,7 +614,7 @@ def _simulate_while(
     program = events[0] if events is not None else None
     # events: (discrete/abstract state, periodic counters, publish logs, step open?, [publishes,
     # discrete updates, unrestricted updates])
-    evc = (events[3], events[1], events[2], jnp.array(False), events[4]) if program else ()
+    evc = (events[3], events[1], events[2], jnp.array(False), events[4], program.no_witness_flags()) if program else ()
     init = (
         t0,
         x0,
@@ -628,9 +646,10 @@ def _simulate_while(
         boundary = jnp.minimum(next_save(save), t_final)
         if program:
             # start of a Drake step (once per step, not per attempt): unrestricted then discrete updates
-            rest, k_ev, logs, step_open, counts = evc
+            rest, k_ev, logs, step_open, counts, w_pending = evc
             base = set_rest(context.with_time(t).with_continuous_state(x), rest)
-            base, k_ev, n_u, n_d = program.updates(base, k_ev, ~step_open)
+            base, k_ev, n_u, n_d = program.updates(base, k_ev, ~step_open, w_pending)
+            w_pending = w_pending & step_open  # consumed by this step's updates
             x = base.get_continuous_state_vector()
             rest = get_rest(base)
             f_cur = system._derivative_function(base)
@@ -704,6 +723,24 @@ def _simulate_while(
             shrink = (ok & ~success).astype(i32)
             status = jnp.where(violation, STATUS_MIN_STEP, ic[_I_STATUS])
             at_min = at_min_b.astype(i32)
+        if program and program.witnesses:
+            # a witness that changes sign (in its direction) over the step: isolate the first crossing
+            w0 = program.witness_values(make_ctx(t, x))
+            trig = program.triggered(w0, program.witness_values(make_ctx(t_new, x_new))) & accept
+            isolated = jnp.any(trig)
+            t_new, x_new, w_now = jax.lax.cond(
+                isolated,
+                lambda: isolate_crossing(
+                    program, integrator, f_cur, aux_cur, make_ctx, t, x, h, w0, witness_iterations
+                ),
+                lambda: (t_new, x_new, trig),
+            )
+            w_now = w_now & accept
+            reaches_boundary = reaches_boundary & ~isolated
+            limited = limited | isolated
+        else:
+            isolated = jnp.array(False)
+            w_now = program.no_witness_flags() if program else None
         acc_i = accept.astype(i32)
         ic = jnp.stack(
             [
@@ -737,13 +774,14 @@ def _simulate_while(
             buf = _write(buf, k, record(make_ctx(t_acc, x_acc)), hit)
             save = (k + hit.astype(i32), buf)
         if fixed:
-            at_b = accept & reaches_boundary
+            at_b = accept & (reaches_boundary | isolated)  # fixed steps restart from a witness time
             seg = (jnp.where(at_b, t_new, seg[0]), jnp.where(at_b, 0, seg[1] + acc_i))
         if program:
-            # end of the step: publishes at the new time
-            k_ev, logs, n_p = program.publishes(make_ctx(t_acc, x_acc), k_ev, accept, logs)
+            # end of the step: publishes at the new time (witness publishes included)
+            k_ev, logs, n_p = program.publishes(make_ctx(t_acc, x_acc), k_ev, accept, logs, w_now)
             counts = counts + jnp.stack([n_p, n_d, n_u])
-            evc = (rest, k_ev, logs, ~accept, counts)
+            w_pending = jnp.where(accept, w_now, w_pending)  # their updates start the next step
+            evc = (rest, k_ev, logs, ~accept, counts, w_pending)
         return (t_acc, x_acc, ic, fs, save, seg, evc)
 
     out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
@@ -762,7 +800,7 @@ def _simulate_while(
     )
     buf = save[1] if n_save else _record_buffer(record, context, 0)
     if program:
-        rest, _, logs, _, counts = evc
+        rest, _, logs, _, counts, _ = evc
         return _Raw(t, x, buf, stats, status, rest, logs, counts)
     return _Raw(t, x, buf, stats, status)
 
