@@ -95,6 +95,9 @@ from .primitives import (
     FirstOrderLowPassFilter as FirstOrderLowPassFilter,
     Gain as Gain,
     PassThrough as PassThrough,
+    VectorLog as VectorLog,
+    VectorLogSink as VectorLogSink,
+    log_vector_output as log_vector_output,
 )
 
 

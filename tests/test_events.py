@@ -337,3 +337,21 @@ def test_event_errors_are_clear():
         js.DeclarationError, match=r"System ::bad \(BadPeriod\): a periodic publish event needs period > 0"
     ):
         BadPeriod()
+
+
+def test_log_vector_output_like_drake():
+    b = js.DiagramBuilder()
+    plant = b.add_system(DoubleIntegrator())
+    src = b.add_named_system("force", js.ConstantVectorSource([2.0]))
+    b.connect(src.get_output_port(), plant.get_input_port())
+    logger = js.log_vector_output(plant.get_output_port(), b, publish_period=0.25)
+    every_step = js.log_vector_output(plant.get_output_port(), b)
+    d = b.build("logged")
+    r = js.simulate(d, d.create_default_context(), 1.0, js.RungeKutta4Integrator(max_step_size=0.1))
+    log = logger.find_log(r)
+    np.testing.assert_allclose(log.sample_times(), [0.0, 0.25, 0.5, 0.75, 1.0], atol=1e-12)
+    t = log.sample_times()
+    np.testing.assert_allclose(log.data(), np.stack([t**2, 2 * t]), rtol=1e-12, atol=1e-14)  # q = t^2, v = 2t
+    assert log.data().shape == (2, 5)  # Drake's orientation: one column per sample
+    steps = every_step.find_log(r)
+    assert steps.num_samples() == int(r.stats.num_steps_taken) + 1  # initialization + each step

@@ -57,6 +57,7 @@ class PublishLog(eqx.Module):
     values: Any
     count: Array
     name: str = eqx.field(static=True, default="")
+    event_uid: int = eqx.field(static=True, default=0)
 
     def sample_times(self) -> Array:
         """The publish times (concrete results only): Drake ``VectorLog::sample_times``."""
@@ -247,7 +248,7 @@ class EventProgram:
         logs = []
         for e, shape, cap in zip(self.loop_publish, shapes, capacities):
             values = jax.tree_util.tree_map(lambda s, cap=cap: jnp.zeros((cap,) + s.shape, s.dtype), shape)
-            logs.append(PublishLog(jnp.full((cap,), jnp.nan, dtype), values, jnp.zeros((), jnp.int32), e.name))
+            logs.append(PublishLog(jnp.full((cap,), jnp.nan, dtype), values, jnp.zeros((), jnp.int32), e.name, e.uid))
         return tuple(logs)
 
     def capacities(self, t0: Any, t_final: Any, default: int) -> list[int]:

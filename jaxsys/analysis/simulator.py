@@ -129,7 +129,7 @@ class SimulationResult(eqx.Module):
     def get_publish_log(self, event: Any) -> PublishLog:
         """The log of one publish event (an Event, or its name)."""
         for log in self.publish_logs:
-            if log.name == (event if isinstance(event, str) else event.name):
+            if (log.name == event) if isinstance(event, str) else (log.event_uid == event.uid):
                 return log
         raise JaxsysError(
             f"No publish log for {event!r}; logs are kept for per-step and periodic publish events: "

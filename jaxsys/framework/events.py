@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+
+_EVENT_UIDS = itertools.count(1)
 
 PUBLISH = "publish"
 DISCRETE_UPDATE = "discrete_update"
@@ -69,6 +72,7 @@ class Event:
     name: str = ""
     system: Any = None
     index: int = -1
+    uid: int = dataclasses.field(default_factory=lambda: next(_EVENT_UIDS))
 
     def get_trigger_type(self) -> TriggerType:
         """Drake: ``get_trigger_type``."""

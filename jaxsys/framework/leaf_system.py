@@ -551,7 +551,11 @@ class LeafSystem(System):
                     f"made with jaxsys.PublishEvent / DiscreteUpdateEvent / UnrestrictedUpdateEvent."
                 )
             event = dataclasses.replace(
-                event, system=self, index=len(self._spec.events), name=event.name or f"witness:{description}"
+                event,
+                system=self,
+                index=len(self._spec.events),
+                name=event.name or f"witness:{description}",
+                uid=event.uid,
             )
             self._spec.events.append(event)
         return WitnessFunction(description, direction, calc, event, self)

@@ -7,3 +7,8 @@ from .basic import (
     Gain as Gain,
     PassThrough as PassThrough,
 )
+from .log_sink import (
+    VectorLog as VectorLog,
+    VectorLogSink as VectorLogSink,
+    log_vector_output as log_vector_output,
+)
