@@ -109,3 +109,13 @@ def test_pd_model_is_valid():  # keeps models.PD exercised standalone
     pd = PD()
     ctx = pd.get_input_port(0).fix_value(pd.create_default_context(), [1.0, 2.0])
     np.testing.assert_allclose(pd.get_output_port(0).eval(ctx), [-7.0])
+
+
+def test_same_path_systems_are_told_apart_by_id():
+    a, b = Pendulum(), Pendulum()
+    with pytest.raises(
+        js.SystemMismatchError,
+        match=rf"created for System ::pendulum \(Pendulum, id {a.get_system_id()}\), not for System "
+        rf"::pendulum \(Pendulum, id {b.get_system_id()}\)",
+    ):
+        b.calc_time_derivatives(a.create_default_context())

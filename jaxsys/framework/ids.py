@@ -68,7 +68,8 @@ def validate_created_for(system: System, obj: Any, what: str | None = None) -> N
             f"astype(), which clears ids as Drake's scalar-converting SetFrom does). Create one with "
             f"this System's methods and copy values into it with set_from(). {_TROUBLESHOOT}"
         )
-    raise SystemMismatchError(
-        f"{kind} was created for System {describe_system_id(obj_id)}, not for System "
-        f"{system.get_path()} ({type(system).__name__}). {_TROUBLESHOOT}"
-    )
+    theirs = describe_system_id(obj_id)
+    mine = f"{system.get_path()} ({type(system).__name__})"
+    if theirs == mine:  # two instances with the same path: tell them apart by id
+        theirs, mine = f"{theirs[:-1]}, id {obj_id})", f"{mine[:-1]}, id {system.get_system_id()})"
+    raise SystemMismatchError(f"{kind} was created for System {theirs}, not for System {mine}. {_TROUBLESHOOT}")
