@@ -112,6 +112,17 @@ class EventProgram:
         ]
         self.has_events = self.has_events or bool(self.witnesses)
 
+    def aligned(self, t0: float, h: float) -> bool:
+        """True if every periodic event time lies on the fixed-step grid t0 + n h (so a fixed-step
+        run never has to shorten a step to land on one)."""
+        for e in self.periodic:
+            for value in ((e.offset - t0) / h, e.period / h):
+                if abs(value - round(value)) > 1e-9 * max(1.0, abs(value)):
+                    return False
+            if e.offset < t0 and abs((t0 - e.offset) / e.period - round((t0 - e.offset) / e.period)) > 1e-9:
+                return False
+        return True
+
     def _witness_events(self, kind: str) -> list[Event]:
         return [w.event for w in self.witnesses if w.event is not None and w.event.kind == kind]
 

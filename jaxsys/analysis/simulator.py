@@ -331,15 +331,31 @@ def simulate(
     aux["progress"] = (progress, progress_token)
     fixed = integrator.get_fixed_step_mode()
     plan = None
-    if fixed and not program:
-        t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
+    t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
+    events_fit_scan = not program or (not program.witnesses and program.aligned(t0_plan, integrator.max_step_size))
+    if fixed and events_fit_scan:
         plan = _plan_fixed_steps(
             integrator.max_step_size, t0_plan, c_tf, np.zeros(0) if save_at is None else _concrete(save_at)
         )
     if plan is not None:
         n_fixed, save_idx, exact = plan
+        scan_events = events + (updates_at_start,) if program else None
         raw = _simulate_scan(
-            system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts, n_fixed, save_idx, exact, progress
+            system,
+            context,
+            integrator,
+            f,
+            aux,
+            record,
+            x0,
+            t0,
+            t_final_arr,
+            ts,
+            n_fixed,
+            save_idx,
+            exact,
+            progress,
+            scan_events,
         )
     else:
         raw = _simulate_while(
@@ -443,50 +459,81 @@ def _simulate_scan(
     save_idx: np.ndarray | None,
     exact: bool,
     progress: AbstractProgressMeter,
+    events: Any = None,
 ) -> _Raw:
     """Fixed steps as ``lax.scan``. ``exact``: the span is a whole number of steps, so every step
-    has the constant size h (a Python float XLA can fold); otherwise the last step is shortened."""
+    has the constant size h (a Python float XLA can fold); otherwise the last step is shortened.
+
+    With ``events`` (only when every periodic event time lies on the step grid and there are no
+    witnesses), each scan iteration is one Drake step: updates, the step, publishes.
+    """
     dtype = t0.dtype
     h = float(integrator.max_step_size)
     n_save = int(ts.shape[0])
+    program = events[0] if events is not None else None
+    updates_at_start = events[5] if events is not None else True
 
     meter, token = aux["progress"]
 
-    def step(x: Array, n: Array) -> Array:
+    def ctx_of(t: Array, carry: Any) -> Context:
+        x, evc = carry
+        ctx = context.with_time(t).with_continuous_state(x)
+        return set_rest(ctx, evc[0]) if program else ctx
+
+    def step(carry: Any, n: Array) -> Any:
+        x, evc = carry
         t = t0 + n.astype(dtype) * h
         meter.update(token, t, n)
         if exact:
             hn: Any = h
+            t_next = t0 + (n + 1).astype(dtype) * h
         else:
             t_next = jnp.where(n + 1 == n_steps, t_final, t0 + (n + 1).astype(dtype) * h)
             hn = t_next - t
-        return integrator.attempt_step(f, t, x, hn, aux)[0]
+        if not program:
+            return (integrator.attempt_step(f, t, x, hn, aux)[0], evc)
+        rest, k_ev, logs, counts = evc
+        base = set_rest(context.with_time(t).with_continuous_state(x), rest)
+        gate = (n > 0) | updates_at_start
+        base, k_ev, n_u, n_d = program.updates(base, k_ev, gate)
+        rest = get_rest(base)
+        aux_cur = dict(aux)
+        aux_cur["v_to_qdot"] = lambda tt, xx, v: system._map_raw(
+            base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
+        )
+        x_new = integrator.attempt_step(
+            system._derivative_function(base), t, base.get_continuous_state_vector(), hn, aux_cur
+        )[0]
+        after = set_rest(context.with_time(t_next).with_continuous_state(x_new), rest)
+        k_ev, logs, n_p = program.publishes(after, k_ev, jnp.array(True), logs)
+        return (x_new, (rest, k_ev, logs, counts + jnp.stack([n_p, n_d, n_u])))
 
     def time_after(n: Array) -> Array:  # time after n steps
         return jnp.where(n == n_steps, t_final, t0 + n.astype(dtype) * h)
 
-    def rec(n: Array, x: Array) -> Any:
-        return record(context.with_time(time_after(n)).with_continuous_state(x))
+    def rec(n: Array, carry: Any) -> Any:
+        return record(ctx_of(time_after(n), carry))
 
-    def run(x: Array, start: Any, length: int) -> Array:
+    def run(carry: Any, start: Any, length: int) -> Any:
         if length <= 0:
-            return x
-        return jax.lax.scan(lambda x, n: (step(x, n), None), x, start + jnp.arange(length, dtype=jnp.int32))[0]
+            return carry
+        return jax.lax.scan(lambda c, n: (step(c, n), None), carry, start + jnp.arange(length, dtype=jnp.int32))[0]
 
+    carry0 = (x0, (events[3], events[1], events[2], events[4]) if program else ())
     idx = save_idx if save_idx is not None else np.zeros(0, np.int64)
     m = int(idx[0]) if idx.size else 0
     if n_save == 0:
-        x = run(x0, 0, n_steps)
+        carry = run(carry0, 0, n_steps)
         buf = _record_buffer(record, context, 0)
     elif m > 0 and np.array_equal(idx, m * np.arange(1, n_save + 1)):
         # Save times on a regular grid: an outer scan over save intervals of an inner scan of plain
         # steps, recording once per interval (no per-step masked writes).
-        def interval(x: Array, j: Array) -> tuple[Array, Any]:
-            x = run(x, j * m, m)
-            return x, rec((j + 1) * m, x)
+        def interval(carry: Any, j: Array) -> tuple[Any, Any]:
+            carry = run(carry, j * m, m)
+            return carry, rec((j + 1) * m, carry)
 
-        x, buf = jax.lax.scan(interval, x0, jnp.arange(n_save, dtype=jnp.int32))
-        x = run(x, n_save * m, n_steps - n_save * m)
+        carry, buf = jax.lax.scan(interval, carry0, jnp.arange(n_save, dtype=jnp.int32))
+        carry = run(carry, n_save * m, n_steps - n_save * m)
     else:
         # General grid-aligned save times: one pass, a masked write at the steps that hit one.
         buf = _record_buffer(record, context, n_save)
@@ -495,15 +542,16 @@ def _simulate_scan(
             buf = jax.tree_util.tree_map(lambda b, v: b.at[:k0].set(v), buf, record(context))
         idx_ = jnp.asarray(idx, jnp.int32)
 
-        def step_rec(carry: Any, n: Array) -> Any:
-            x, k, buf = carry
-            x = step(x, n)
+        def step_rec(c: Any, n: Array) -> Any:
+            carry, k, buf = c
+            carry = step(carry, n)
             hit = (k < n_save) & (idx_[jnp.clip(k, 0, n_save - 1)] == n + 1)
-            buf = _write(buf, k, rec(n + 1, x), hit)
-            return (x, k + hit.astype(k.dtype), buf), None
+            buf = _write(buf, k, rec(n + 1, carry), hit)
+            return (carry, k + hit.astype(k.dtype), buf), None
 
-        init = (x0, jnp.asarray(k0, jnp.int32), buf)
-        (x, _, buf), _ = jax.lax.scan(step_rec, init, jnp.arange(n_steps, dtype=jnp.int32))
+        init = (carry0, jnp.asarray(k0, jnp.int32), buf)
+        (carry, _, buf), _ = jax.lax.scan(step_rec, init, jnp.arange(n_steps, dtype=jnp.int32))
+    x, evc = carry
     ok = jnp.all(jnp.isfinite(x))
     n = jnp.asarray(n_steps, jnp.int32)
     last_h = (t_final - (t0 + (n_steps - 1) * h)) if n_steps else jnp.zeros((), dtype)
@@ -519,6 +567,9 @@ def _simulate_scan(
         previous=jnp.asarray(last_h, dtype),
     )
     status = jnp.where(ok, STATUS_OK, STATUS_NONFINITE).astype(jnp.int32)
+    if program:
+        rest, _, logs, counts = evc
+        return _Raw(t_final, x, buf, stats, status, rest, logs, counts)
     return _Raw(t_final, x, buf, stats, status)
 
 
