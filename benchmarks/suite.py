@@ -422,6 +422,8 @@ def main() -> None:
         case_dopri,
         case_fixed_rk4_saved,
         case_grad,
+        case_sampled_pid,
+        case_bouncing_ball,
         lambda: case_batch(1),
         lambda: case_batch(64),
         lambda: case_batch(1024),
