@@ -106,7 +106,7 @@ def test_diagram_feedthrough_composition_and_fanout():
     ctx = d.get_input_port(0).fix_value(d.create_default_context(), [1.5])
     np.testing.assert_allclose(d.get_output_port("y_fast").eval(ctx), [15.0])
     np.testing.assert_allclose(d.calc_time_derivatives(ctx).x, [1.5])
-    assert [p.get_name() for p in d.get_input_port_locators(d.get_input_port(0))] == ["u", "u"]
+    assert [p.get_name() for p in d.get_input_port_locators(d.get_input_port(0))] == ["u0", "u0"]
     with pytest.raises(
         js.InputPortNotConnectedError,
         match=r"InputPort\[0\] \(u\) of System ::fan \(Diagram\) is neither connected nor fixed",
@@ -227,8 +227,8 @@ def test_algebraic_loop_is_reported_with_the_cycle():
     assert "Algebraic loop detected in DiagramBuilder" in msg
     assert "InputPort[0] (u0) of System ::loop::adder (Adder) is direct-feedthrough to" in msg
     assert "OutputPort[0] (sum) of System ::loop::adder (Adder) is connected to" in msg
-    assert "InputPort[0] (u) of System ::loop::gain (Gain) is direct-feedthrough to" in msg
-    assert "OutputPort[0] (y) of System ::loop::gain (Gain) is connected to" in msg
+    assert "InputPort[0] (u0) of System ::loop::gain (Gain) is direct-feedthrough to" in msg
+    assert "OutputPort[0] (y0) of System ::loop::gain (Gain) is connected to" in msg
     # a failed build leaves the systems free to be used again
     assert adder.get_parent() is None
 

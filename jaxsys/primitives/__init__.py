@@ -1,14 +1,28 @@
-"""Ready-made blocks (Drake's systems/primitives)."""
+"""Ready-made blocks (Drake's systems/primitives and simple controllers)."""
 
 from .basic import (
     Adder as Adder,
     ConstantVectorSource as ConstantVectorSource,
+    Demultiplexer as Demultiplexer,
     FirstOrderLowPassFilter as FirstOrderLowPassFilter,
     Gain as Gain,
+    MatrixGain as MatrixGain,
+    Multiplexer as Multiplexer,
     PassThrough as PassThrough,
+    Saturation as Saturation,
+    Sine as Sine,
 )
-from .log_sink import (
-    VectorLog as VectorLog,
-    VectorLogSink as VectorLogSink,
-    log_vector_output as log_vector_output,
+from .discrete import (
+    DiscreteDerivative as DiscreteDerivative,
+    DiscretePidController as DiscretePidController,
+    PidController as PidController,
+    ZeroOrderHold as ZeroOrderHold,
+)
+from .function_system import FunctionSystem as FunctionSystem, VectorSystem as VectorSystem
+from .linear import AffineSystem as AffineSystem, Integrator as Integrator, LinearSystem as LinearSystem
+from .log_sink import VectorLog as VectorLog, VectorLogSink as VectorLogSink, log_vector_output as log_vector_output
+from .sources import (
+    PiecewisePolynomial as PiecewisePolynomial,
+    RandomSource as RandomSource,
+    TrajectorySource as TrajectorySource,
 )

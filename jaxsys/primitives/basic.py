@@ -1,18 +1,26 @@
-"""Basic blocks from Drake's systems/primitives: Adder, Gain, ConstantVectorSource, PassThrough,
-FirstOrderLowPassFilter."""
+"""Stateless blocks and simple sources from Drake's systems/primitives.
+
+Port names follow Drake: vector blocks use ``u0``/``y0`` (Adder's output is ``sum``, PassThrough's
+ports are ``u``/``y``). Numeric values (gains, limits, constants) are numeric parameters, so they
+live in the context and can be differentiated or batched.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import equinox as eqx
+import jax.numpy as jnp
 import numpy as np
 
 from ..framework.context import Context
+from ..framework.errors import DeclarationError
 from ..framework.leaf_system import LeafSystem
 
 
 class Adder(LeafSystem):
-    """y = u0 + u1 + ... (Drake's ``Adder(num_inputs, size)``). Ports ``u0``.. and ``sum``."""
+    """y = u0 + u1 + ... (Drake's ``Adder(num_inputs, size)``). Ports ``u0``, ``u1``, ... and ``sum``."""
 
     def __init__(self, num_inputs: int, size: int, name: str = "") -> None:
         super().__init__(name)
@@ -29,20 +37,32 @@ class Adder(LeafSystem):
 
 
 class Gain(LeafSystem):
-    """y = k u, elementwise (Drake's ``Gain(k, size)``). Numeric parameter 0 holds k (size ``size``).
-
-    Ports ``u`` and ``y``.
-    """
+    """y = k ⊙ u (Drake's ``Gain(k, size)``); numeric parameter 0 holds k (size ``size``). Ports ``u0``, ``y0``."""
 
     def __init__(self, k: float | Any, size: int, name: str = "") -> None:
         super().__init__(name)
         self.declare_numeric_parameter(np.broadcast_to(np.asarray(k, dtype=float), (size,)))
-        self.declare_vector_input_port("u", size)
-        self.declare_vector_output_port("y", size, self.calc_y)
+        self.declare_vector_input_port("u0", size)
+        self.declare_vector_output_port("y0", size, self.calc_y)
 
     def calc_y(self, context: Context) -> Any:
         """k ⊙ u."""
         return context.get_numeric_parameter(0) * self.get_input_port(0).eval(context)
+
+
+class MatrixGain(LeafSystem):
+    """y = D u (Drake's ``MatrixGain(D)``); D (shape (m, n)) is abstract parameter 0. Ports ``u0``, ``y0``."""
+
+    def __init__(self, D: Any, name: str = "") -> None:
+        super().__init__(name)
+        D = np.atleast_2d(np.asarray(D, dtype=float))
+        self.declare_abstract_parameter(jnp.asarray(D))
+        self.declare_vector_input_port("u0", D.shape[1])
+        self.declare_vector_output_port("y0", D.shape[0], self.calc_y)
+
+    def calc_y(self, context: Context) -> Any:
+        """D u."""
+        return context.get_abstract_parameter(0) @ self.get_input_port(0).eval(context)
 
 
 class ConstantVectorSource(LeafSystem):
@@ -72,18 +92,100 @@ class PassThrough(LeafSystem):
         return self.get_input_port(0).eval(context)
 
 
+class Saturation(LeafSystem):
+    """y = clip(u, lower, upper) elementwise (Drake's ``Saturation``); numeric parameters 0 and 1 hold
+    the limits. Ports ``u0``, ``y0``."""
+
+    def __init__(self, lower: Any, upper: Any, name: str = "") -> None:
+        super().__init__(name)
+        lo = np.atleast_1d(np.asarray(lower, dtype=float))
+        hi = np.atleast_1d(np.asarray(upper, dtype=float))
+        lo, hi = np.broadcast_arrays(lo, hi)
+        if np.any(lo > hi):
+            raise DeclarationError(f"Saturation {name!r}: lower limit above upper limit ({lo} > {hi}).")
+        self.declare_numeric_parameter(lo)
+        self.declare_numeric_parameter(hi)
+        self.declare_vector_input_port("u0", lo.shape[0])
+        self.declare_vector_output_port("y0", lo.shape[0], self.calc_y)
+
+    def calc_y(self, context: Context) -> Any:
+        """The clipped input."""
+        u = self.get_input_port(0).eval(context)
+        return jnp.clip(u, context.get_numeric_parameter(0), context.get_numeric_parameter(1))
+
+
+class Multiplexer(LeafSystem):
+    """Concatenates inputs of the given sizes into one vector (Drake's ``Multiplexer``).
+
+    ``Multiplexer(3)`` has three scalar inputs; ``Multiplexer([2, 1])`` inputs of sizes 2 and 1.
+    Ports ``u0``, ``u1``, ... and ``y0``.
+    """
+
+    def __init__(self, input_sizes: int | Sequence[int], name: str = "") -> None:
+        super().__init__(name)
+        sizes = [1] * input_sizes if isinstance(input_sizes, int) else list(input_sizes)
+        for i, n in enumerate(sizes):
+            self.declare_vector_input_port(f"u{i}", n)
+        self.declare_vector_output_port("y0", sum(sizes), self.calc_y)
+
+    def calc_y(self, context: Context) -> Any:
+        """The concatenated inputs."""
+        return jnp.concatenate([self.get_input_port(i).eval(context) for i in range(self.num_input_ports())])
+
+
+class Demultiplexer(LeafSystem):
+    """Splits a vector into outputs of the given sizes (Drake's ``Demultiplexer``).
+
+    ``Demultiplexer(4)`` gives four scalar outputs; ``Demultiplexer([2, 2])`` two of size 2.
+    Ports ``u0`` and ``y0``, ``y1``, ...
+    """
+
+    sizes: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(self, output_sizes: int | Sequence[int], name: str = "") -> None:
+        super().__init__(name)
+        self.sizes = tuple([1] * output_sizes if isinstance(output_sizes, int) else output_sizes)
+        self.declare_vector_input_port("u0", sum(self.sizes))
+        start = 0
+        for i, n in enumerate(self.sizes):
+            self.declare_vector_output_port(
+                f"y{i}", n, lambda c, a=start, b=start + n: self.get_input_port(0).eval(c)[a:b]
+            )
+            start += n
+
+
+class Sine(LeafSystem):
+    """y0 = a sin(ω t + φ), y1 = its derivative, y2 = its second derivative (Drake's ``Sine``).
+
+    Numeric parameters: 0 amplitude a, 1 frequency ω (rad/s), 2 phase φ (rad), each of size ``size``.
+    """
+
+    def __init__(self, amplitude: Any, frequency: Any, phase: Any, size: int = 1, name: str = "") -> None:
+        super().__init__(name)
+        for v in (amplitude, frequency, phase):
+            self.declare_numeric_parameter(np.broadcast_to(np.asarray(v, dtype=float), (size,)))
+        self.declare_vector_output_port("y0", size, lambda c: self._value(c, 0))
+        self.declare_vector_output_port("y1", size, lambda c: self._value(c, 1))
+        self.declare_vector_output_port("y2", size, lambda c: self._value(c, 2))
+
+    def _value(self, context: Context, derivative: int) -> Any:
+        a, w, p = (context.get_numeric_parameter(i) for i in range(3))
+        arg = w * context.get_time() + p
+        return [a * jnp.sin(arg), a * w * jnp.cos(arg), -a * w * w * jnp.sin(arg)][derivative]
+
+
 class FirstOrderLowPassFilter(LeafSystem):
     """ẋ = (u − x)/τ, y = x (Drake's ``FirstOrderLowPassFilter(time_constant, size)``).
 
-    Numeric parameter 0 holds τ (s, one per element). Ports ``u`` and ``y``; no direct feedthrough.
+    Numeric parameter 0 holds τ (s, one per element). Ports ``u0`` and ``y0``; no direct feedthrough.
     """
 
-    def __init__(self, time_constant: float = 1.0, size: int = 1, name: str = "") -> None:
+    def __init__(self, time_constant: float | Any = 1.0, size: int = 1, name: str = "") -> None:
         super().__init__(name)
         self.declare_continuous_state(size)
-        self.declare_numeric_parameter(np.full((size,), float(time_constant)))
-        self.declare_vector_input_port("u", size)
-        self.declare_vector_output_port("y", size, self.calc_y)
+        self.declare_numeric_parameter(np.broadcast_to(np.asarray(time_constant, dtype=float), (size,)))
+        self.declare_vector_input_port("u0", size)
+        self.declare_vector_output_port("y0", size, self.calc_y)
 
     def calc_y(self, context: Context) -> Any:
         """The filter state."""
@@ -93,6 +195,3 @@ class FirstOrderLowPassFilter(LeafSystem):
         x = context.get_continuous_state_vector()
         u = self.get_input_port(0).eval(context)
         return (u - x) / context.get_numeric_parameter(0)
-
-
-__all__ = ["Adder", "Gain", "ConstantVectorSource", "PassThrough", "FirstOrderLowPassFilter"]
