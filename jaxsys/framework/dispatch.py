@@ -42,10 +42,27 @@ def all_events(system: System) -> list[tuple[int, Event]]:
 
 
 def leaf_contexts_with_inputs(system: System, context: Context) -> list[Context]:
-    """Each leaf's context with its inputs supplied (lazily) by the diagram."""
+    """Each leaf's context with its inputs supplied by the diagram.
+
+    Inputs are evaluated here, eagerly: handlers run inside ``lax.cond`` branches, and a value
+    computed lazily inside one branch's trace must not be reused by another. An input that cannot
+    be evaluated (unconnected) becomes a placeholder that raises only if a handler reads it.
+    """
     if hasattr(system, "subsystems"):
+        from .errors import InputPortNotConnectedError
+        from .leaf_system import _Raise
+
         ev = system._evaluator(context)  # type: ignore[attr-defined]
-        return [ev.leaf_context(li) for li in range(len(ev.leaves))]
+        out = []
+        for li, leaf in enumerate(ev.leaves):
+            inputs = []
+            for k in range(leaf.num_input_ports()):
+                try:
+                    inputs.append(ev.input(li, k))
+                except InputPortNotConnectedError as e:
+                    inputs.append(_Raise(e))
+            out.append(ev.leaf_contexts[li]._with_inputs(tuple(inputs)))
+        return out
     return [context]
 
 
