@@ -5,7 +5,7 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 ``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
 """
 
-from . import examples as examples, primitives as primitives
+from . import examples as examples, plotting as plotting, primitives as primitives
 from .analysis.event_loop import (
     PublishLog as PublishLog,
     advance_pending_events as advance_pending_events,
@@ -88,6 +88,12 @@ from .framework.witness import (
     UnrestrictedUpdateEvent as UnrestrictedUpdateEvent,
     WitnessFunction as WitnessFunction,
     WitnessFunctionDirection as WitnessFunctionDirection,
+)
+from .plotting import (
+    plot_log as plot_log,
+    plot_result as plot_result,
+    plot_system as plot_system,
+    record_outputs as record_outputs,
 )
 from .primitives import (
     Adder as Adder,
