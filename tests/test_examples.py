@@ -22,3 +22,29 @@ def test_quickstart_runs_and_its_numbers_check_out():
     assert abs(g - fd) <= 1e-4 * abs(fd)
     png = ROOT / "examples" / "output" / "quickstart.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def run_example(name):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_pendulum_pid_settles_with_integral_action_holding_gravity():
+    text = run_example("pendulum_pid.py")
+    angle = float(re.search(r"final angle\s+(\S+)", text).group(1))
+    tau, grav = map(float, re.search(r"final torque\s+(\S+) N m \(gravity: (\S+)\)", text).groups())
+    assert abs(angle - 1.0) < 1e-4 and abs(tau - grav) < 1e-3
+    assert (ROOT / "examples" / "output" / "pendulum_pid.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bouncing_ball_example_gradient_matches_fd():
+    text = run_example("bouncing_ball.py")
+    assert int(re.search(r"impacts: (\d+)", text).group(1)) == 4
+    g, fd = map(float, re.search(r"restitution = (\S+) \(finite differences (\S+)\)", text).groups())
+    assert abs(g - fd) < 1e-6 * abs(fd)
+
+
+def test_cartpole_energy_example_conserves_energy():
+    text = run_example("cartpole_energy.py")
+    assert float(re.search(r"max drift over 10 s (\S+) J", text).group(1)) < 1e-8
