@@ -227,3 +227,16 @@ def test_function_system_one_liner():
     assert not pend.has_any_direct_feedthrough()
     static_gain = js.FunctionSystem(None, lambda t, x, u, p: 3.0 * u, num_inputs=2, num_outputs=2)
     assert static_gain.get_direct_feedthroughs() == {(0, 0)}
+
+
+def test_affine_system_offsets():
+    sys = js.AffineSystem(A=[[-1.0]], B=[[2.0]], f0=[0.5], C=[[3.0]], D=[[0.0]], y0=[1.0])
+    ctx = fixed(sys, [1.0]).with_continuous_state(jnp.array([4.0]))
+    np.testing.assert_allclose(sys.calc_time_derivatives(ctx).x, [-4.0 + 2.0 + 0.5])
+    np.testing.assert_allclose(sys.get_output_port().eval(ctx), [13.0])
+    assert not sys.has_any_direct_feedthrough()  # D = 0, as Drake declares
+    # steady state x* = (B u + f0) / 1 = 2.5 reached by simulation
+    r = js.simulate(sys, ctx, 20.0, js.RungeKutta5Integrator(target_accuracy=1e-10))
+    np.testing.assert_allclose(r.context.get_continuous_state_vector(), [2.5], atol=1e-7)
+    with pytest.raises(js.DeclarationError, match="A must be square"):
+        js.AffineSystem(A=[[1.0, 2.0]])
