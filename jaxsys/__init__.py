@@ -23,6 +23,14 @@ from .analysis.integrators import (
     RungeKutta5Integrator as RungeKutta5Integrator,
     SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
 )
+from .analysis.linearize import (
+    NotEquilibriumError as NotEquilibriumError,
+    continuous_algebraic_riccati as continuous_algebraic_riccati,
+    first_order_taylor_approximation as first_order_taylor_approximation,
+    linear_quadratic_regulator as linear_quadratic_regulator,
+    linear_quadratic_regulator_system as linear_quadratic_regulator_system,
+    linearize as linearize,
+)
 from .analysis.progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     NoProgressMeter as NoProgressMeter,

@@ -66,9 +66,11 @@ class AffineSystem(LeafSystem):
         n = A.shape[0]
         if A.shape != (n, n):
             raise DeclarationError(f"AffineSystem {name!r}: A must be square; got {A.shape}.")
-        B = _mat(B, n, None, f"AffineSystem {name!r}: B") if np.size(B) else np.zeros((n, 0))
+        m_from_D = np.atleast_2d(np.asarray(D, dtype=float)).shape[1] if np.size(D) else 0
+        B = _mat(B, n, None, f"AffineSystem {name!r}: B") if np.size(B) else np.zeros((n, m_from_D))
         m = B.shape[1]
-        C = _mat(C, None, n, f"AffineSystem {name!r}: C") if np.size(C) else np.zeros((0, n))
+        p_from_D = np.atleast_2d(np.asarray(D, dtype=float)).shape[0] if np.size(D) else 0
+        C = _mat(C, None, n, f"AffineSystem {name!r}: C") if np.size(C) else np.zeros((p_from_D, n))
         p = C.shape[0]
         D = _mat(D, p, m, f"AffineSystem {name!r}: D") if np.size(D) else np.zeros((p, m))
         f0 = np.zeros(n) if not np.size(f0) else np.asarray(f0, dtype=float).reshape(n)

@@ -1,0 +1,239 @@
+"""Linearization and LQR (Drake's ``Linearize``, ``FirstOrderTaylorApproximation``,
+``LinearQuadraticRegulator``), computed with ``jax.jacfwd`` and differentiable end to end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..framework.context import Context
+from ..framework.errors import JaxsysError
+from ..framework.system import System
+from ..primitives.linear import AffineSystem, LinearSystem
+
+
+class NotEquilibriumError(JaxsysError, ValueError):
+    """Linearize was asked for a time-invariant linearization at a point that is not an equilibrium."""
+
+
+def _ports(system: System, input_port_index: Any, output_port_index: Any) -> tuple[Any, Any]:
+    def pick(ports: list[Any], which: Any, kind: str) -> Any:
+        if which is None:  # Drake's kUseFirstInputIfItExists / kUseFirstOutputIfItExists
+            return ports[0] if ports else None
+        if isinstance(which, str) and which == "none":
+            return None
+        port = system.get_input_port(which) if kind == "input" else system.get_output_port(which)
+        if port.is_abstract():
+            raise JaxsysError(f"linearize: {port.get_full_description()} is abstract; a vector port is needed.")
+        return port
+
+    return (
+        pick([p for p in system._spec.input_ports if not p.is_abstract()], input_port_index, "input"),
+        pick([p for p in system._spec.output_ports if not p.is_abstract()], output_port_index, "output"),
+    )
+
+
+def _discrete_info(system: System, context: Context) -> tuple[bool, float | None]:
+    """(is a discrete-time system?, its period)."""
+    from ..framework.dispatch import all_events
+    from ..framework.events import DISCRETE_UPDATE, TriggerType
+
+    n_cont = context.num_continuous_states()
+    n_groups = context.num_discrete_state_groups()
+    if n_cont and n_groups:
+        raise JaxsysError(
+            f"linearize: System {system.get_system_id_string()} has both continuous and discrete state; "
+            f"only purely continuous or purely discrete systems can be linearized (as in Drake)."
+        )
+    if not n_groups:
+        return False, None
+    periods = {
+        e.period for _, e in all_events(system) if e.kind == DISCRETE_UPDATE and e.trigger is TriggerType.PERIODIC
+    }
+    if len(periods) != 1:
+        raise JaxsysError(
+            f"linearize: System {system.get_system_id_string()} has discrete state but {len(periods)} distinct "
+            f"periodic discrete-update periods; exactly one is needed."
+        )
+    return True, periods.pop()
+
+
+def _functions(system: System, context: Context, u_port: Any, y_port: Any, discrete: bool) -> tuple[Any, Any, Any, Any]:
+    from ..framework.context import DiscreteValues
+    from ..framework.dispatch import dispatch_discrete
+    from ..framework.events import DISCRETE_UPDATE, EventCollection, TriggerType
+
+    if discrete:
+        n = context.num_discrete_state_groups()
+        if n != 1:
+            raise JaxsysError(f"linearize: the discrete system must have one discrete state group; it has {n}.")
+        x0 = context.get_discrete_state(0)
+        events = EventCollection(
+            [
+                e
+                for e in system.get_periodic_events().get(DISCRETE_UPDATE).get_events()
+                if e.trigger is TriggerType.PERIODIC
+            ]
+        )
+
+        def with_x(ctx: Context, x: Any) -> Context:
+            return ctx.with_discrete_state(DiscreteValues((x,), ctx.system_id))
+
+        def dyn(ctx: Context) -> Any:
+            return dispatch_discrete(system, ctx, events).groups[0]
+    else:
+        x0 = context.get_continuous_state_vector()
+
+        def with_x(ctx: Context, x: Any) -> Context:
+            return ctx.with_continuous_state(x)
+
+        def dyn(ctx: Context) -> Any:
+            return system._calc_time_derivatives_raw(ctx)
+
+    u0 = u_port.eval(context) if u_port is not None else jnp.zeros((0,), x0.dtype)
+
+    def at(x: Any, u: Any) -> Context:
+        ctx = with_x(context, x)
+        return u_port.fix_value(ctx, u) if u_port is not None else ctx
+
+    def f(x: Any, u: Any) -> Any:
+        return dyn(at(x, u))
+
+    def g(x: Any, u: Any) -> Any:
+        if y_port is None:
+            return jnp.zeros((0,), x0.dtype)
+        return y_port.eval(at(x, u))
+
+    return x0, u0, f, g
+
+
+def first_order_taylor_approximation(
+    system: System, context: Context, input_port_index: Any = None, output_port_index: Any = None
+) -> AffineSystem:
+    """The affine approximation of ``system`` about the operating point in ``context``
+    (Drake: ``FirstOrderTaylorApproximation``): ẋ ≈ A (x − x0) + B (u − u0) + f(x0, u0), written as
+    ẋ = A x + B u + f0 with f0 = f(x0, u0) − A x0 − B u0, and similarly for y.
+
+    ``input_port_index`` / ``output_port_index``: None = the first vector port if there is one (Drake's
+    default), ``"none"`` for no port, or an index or name. Other inputs must be fixed in ``context``.
+    """
+    system.validate_context(context)
+    discrete, period = _discrete_info(system, context)
+    u_port, y_port = _ports(system, input_port_index, output_port_index)
+    x0, u0, f, g = _functions(system, context, u_port, y_port, discrete)
+    A, B = jax.jacfwd(f, argnums=(0, 1))(x0, u0)
+    C, D = jax.jacfwd(g, argnums=(0, 1))(x0, u0)
+    fx, gx = f(x0, u0), g(x0, u0)
+    f0 = fx - A @ x0 - B @ u0
+    y0 = gx - C @ x0 - D @ u0
+    return AffineSystem(
+        np.asarray(A),
+        np.asarray(B),
+        np.asarray(f0),
+        np.asarray(C),
+        np.asarray(D),
+        np.asarray(y0),
+        time_period=period or 0.0,
+    )
+
+
+def linearize(
+    system: System,
+    context: Context,
+    input_port_index: Any = None,
+    output_port_index: Any = None,
+    equilibrium_check_tolerance: float | None = 1e-6,
+) -> LinearSystem:
+    """The linearization about an equilibrium (Drake: ``Linearize``) as a :class:`LinearSystem` in
+    deviation coordinates: δẋ = A δx + B δu, δy = C δx + D δu.
+
+    Raises :class:`NotEquilibriumError` (Drake's message) if f(x0, u0) (continuous) or x⁺ − x0
+    (discrete) exceeds ``equilibrium_check_tolerance`` in any component; pass None to skip the check.
+    Discrete-time systems (one discrete group, one update period) give the discrete matrices.
+    """
+    system.validate_context(context)
+    discrete, period = _discrete_info(system, context)
+    u_port, y_port = _ports(system, input_port_index, output_port_index)
+    x0, u0, f, g = _functions(system, context, u_port, y_port, discrete)
+    if equilibrium_check_tolerance is not None:
+        residual = f(x0, u0) - (x0 if discrete else 0.0)
+        if not bool(jnp.all(jnp.abs(residual) <= equilibrium_check_tolerance)):
+            raise NotEquilibriumError(
+                "The nominal operating point (x0,u0) is not an equilibrium point of the system.  Without "
+                "additional information, a time-invariant linearization of this system is not well defined. "
+                f"(System {system.get_system_id_string()}: residual {np.asarray(residual)} exceeds "
+                f"equilibrium_check_tolerance={equilibrium_check_tolerance}; use "
+                f"first_order_taylor_approximation for an affine model, or pass equilibrium_check_tolerance=None.)"
+            )
+    A, B = jax.jacfwd(f, argnums=(0, 1))(x0, u0)
+    C, D = jax.jacfwd(g, argnums=(0, 1))(x0, u0)
+    return LinearSystem(np.asarray(A), np.asarray(B), np.asarray(C), np.asarray(D), time_period=period or 0.0)
+
+
+def _matrix_sign(H: jax.Array, iterations: int) -> jax.Array:
+    """sign(H) by the scaled Newton iteration Z <- (c Z + (c Z)^-1) / 2 (determinant scaling)."""
+    n = H.shape[0]
+
+    def body(_: int, Z: jax.Array) -> jax.Array:
+        Zi = jnp.linalg.inv(Z)
+        _, logdet = jnp.linalg.slogdet(Z)
+        c = jnp.exp(-logdet / n)
+        return 0.5 * (c * Z + Zi / c)
+
+    return jax.lax.fori_loop(0, iterations, body, H)
+
+
+def continuous_algebraic_riccati(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 60) -> jax.Array:
+    """S solving Aᵀ S + S A − (S B + N) R⁻¹ (Bᵀ S + Nᵀ) + Q = 0 (the stabilizing solution).
+
+    Matrix-sign-function method on the Hamiltonian: only inverses and products, so ``jax.grad``
+    goes through it. (Drake: ``ContinuousAlgebraicRiccatiEquation``.)
+    """
+    A, B, Q, R = (jnp.asarray(M, dtype=jnp.result_type(float)) for M in (A, B, Q, R))
+    n = A.shape[0]
+    Rinv = jnp.linalg.inv(R)
+    if N is not None:
+        N = jnp.asarray(N, A.dtype)
+        A = A - B @ Rinv @ N.T
+        Q = Q - N @ Rinv @ N.T
+    G = B @ Rinv @ B.T
+    H = jnp.block([[A, -G], [-Q, -A.T]])
+    Z = _matrix_sign(H, iterations)
+    Z11, Z12, Z21, Z22 = Z[:n, :n], Z[:n, n:], Z[n:, :n], Z[n:, n:]
+    lhs = jnp.concatenate([Z12, Z22 + jnp.eye(n, dtype=A.dtype)], axis=0)
+    rhs = -jnp.concatenate([Z11 + jnp.eye(n, dtype=A.dtype), Z21], axis=0)
+    S = jnp.linalg.lstsq(lhs, rhs)[0]
+    return 0.5 * (S + S.T)
+
+
+def linear_quadratic_regulator(A: Any, B: Any, Q: Any, R: Any, N: Any = None) -> tuple[jax.Array, jax.Array]:
+    """(K, S) for u = −K x minimizing ∫ xᵀQx + uᵀRu + 2xᵀNu dt (Drake: ``LinearQuadraticRegulator(A, B, Q, R, N)``).
+
+    S solves the continuous algebraic Riccati equation; K = R⁻¹ (Bᵀ S + Nᵀ). Differentiable.
+    """
+    S = continuous_algebraic_riccati(A, B, Q, R, N)
+    B = jnp.asarray(B, S.dtype)
+    NT = 0.0 if N is None else jnp.asarray(N, S.dtype).T
+    K = jnp.linalg.solve(jnp.asarray(R, S.dtype), B.T @ S + NT)
+    return K, S
+
+
+def linear_quadratic_regulator_system(
+    system: System, context: Context, Q: Any, R: Any, N: Any = None, input_port_index: Any = None
+) -> AffineSystem:
+    """An LQR controller for ``system`` about the equilibrium in ``context`` (Drake's system form of
+    ``LinearQuadraticRegulator``): a stateless AffineSystem with input x (the plant's full state) and
+    output u = u0 − K (x − x0)."""
+    lin = linearize(system, context, input_port_index, output_port_index="none")
+    lctx = lin.create_default_context()
+    K, _ = linear_quadratic_regulator(lin.A(lctx), lin.B(lctx), Q, R, N)
+    u_port, _ = _ports(system, input_port_index, "none")
+    x0 = context.get_continuous_state_vector()
+    u0 = u_port.eval(context)
+    K = np.asarray(K)
+    return AffineSystem(
+        np.zeros((0, 0)), np.zeros((0, K.shape[1])), (), np.zeros((K.shape[0], 0)), -K, np.asarray(u0 + K @ x0)
+    )
