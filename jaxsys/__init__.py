@@ -10,6 +10,12 @@ from .analysis.event_loop import (
     PublishLog as PublishLog,
     advance_pending_events as advance_pending_events,
 )
+from .analysis.fitting import (
+    FitParameter as FitParameter,
+    FitResult as FitResult,
+    fit_parameters as fit_parameters,
+    trajectory_loss as trajectory_loss,
+)
 from .analysis.integrators import (
     ALL_INTEGRATORS as ALL_INTEGRATORS,
     BogackiShampine3Integrator as BogackiShampine3Integrator,
