@@ -48,3 +48,15 @@ def test_bouncing_ball_example_gradient_matches_fd():
 def test_cartpole_energy_example_conserves_energy():
     text = run_example("cartpole_energy.py")
     assert float(re.search(r"max drift over 10 s (\S+) J", text).group(1)) < 1e-8
+
+
+def test_parameter_fitting_example_recovers_truth():
+    text = run_example("parameter_fitting.py")
+    assert abs(float(re.search(r"fitted length\s+(\S+)", text).group(1)) - 1.3) < 0.013
+    assert abs(float(re.search(r"fitted damping\s+(\S+)", text).group(1)) - 0.2) < 0.004
+
+
+def test_lqr_example_balances_the_cart_pole():
+    text = run_example("lqr_stabilization.py")
+    final = re.search(r"final state \[x, theta - pi, xdot, thetadot\]: \[([^\]]+)\]", text).group(1)
+    assert max(abs(float(v)) for v in final.split()) < 1e-2
