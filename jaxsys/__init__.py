@@ -50,6 +50,13 @@ from .analysis.simulator import (
     SimulatorStatistics as SimulatorStatistics,
     simulate as simulate,
 )
+from .analysis.trajopt import (
+    TrajOptResult as TrajOptResult,
+    augmented_lagrangian as augmented_lagrangian,
+    direct_collocation as direct_collocation,
+    direct_shooting as direct_shooting,
+    simulate_open_loop as simulate_open_loop,
+)
 from .framework.constraints import (
     SystemConstraint as SystemConstraint,
     SystemConstraintIndex as SystemConstraintIndex,

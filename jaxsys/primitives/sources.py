@@ -93,7 +93,7 @@ def _tv(times: Any, values: Any) -> tuple[jax.Array, jax.Array]:
             f"PiecewisePolynomial: need at least 2 times and one value row per time; got times {t.shape}, "
             f"values {v.shape}."
         )
-    if np.any(np.diff(np.asarray(t)) <= 0):
+    if not isinstance(times, jax.core.Tracer) and np.any(np.diff(np.asarray(times, float).reshape(-1)) <= 0):
         raise DeclarationError("PiecewisePolynomial: times must be strictly increasing.")
     return t, v
 

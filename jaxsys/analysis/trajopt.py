@@ -1,0 +1,324 @@
+"""Trajectory optimization on jaxsys systems: direct (single) shooting, multiple shooting and direct
+collocation (Hermite-Simpson), with input limits and a final-state constraint.
+
+* The input is a first-order-hold trajectory through knots u_0..u_N on a uniform grid (a
+  :class:`~jaxsys.PiecewisePolynomial` feeding the plant through a :class:`~jaxsys.TrajectorySource`),
+  so the optimized input can be simulated forward with the ordinary simulator.
+* Shooting simulates with ``simulate`` (fixed-step RK4, ``substeps`` steps per interval); multiple
+  shooting simulates its segments in one ``vmap`` and adds continuity ("defect") constraints.
+* Collocation evaluates the plant's time derivatives at the knots and interval midpoints (vmapped)
+  and imposes the Hermite-Simpson defects.
+* Constraints are handled by an augmented Lagrangian (multiplier and penalty updates) whose inner
+  problems are solved with L-BFGS (optax); the result reports the remaining constraint violation.
+
+Costs: ``running_cost(x, u) -> scalar`` integrated over time, ``final_cost(x) -> scalar``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..framework.context import Context
+from ..framework.diagram_builder import DiagramBuilder
+from ..framework.errors import JaxsysError
+from ..framework.system import System
+from ..primitives.sources import PiecewisePolynomial, TrajectorySource
+from .integrators import RungeKutta4Integrator
+from .simulator import simulate
+
+
+@dataclasses.dataclass
+class TrajOptResult:
+    """The outcome of a trajectory optimization.
+
+    **Fields:** `method`; `times` (N+1,) knot times; `u` (N+1, m) input knots; `x` (N+1, n) states at
+    the knots (from the method's own model); `cost`; `constraint_violation` (max abs over equality
+    constraints and positive parts of inequalities); `outer_iterations`; `input_trajectory` (a
+    first-order-hold PiecewisePolynomial of `u`).
+    """
+
+    method: str
+    times: np.ndarray
+    u: np.ndarray
+    x: np.ndarray
+    cost: float
+    constraint_violation: float
+    outer_iterations: int
+    input_trajectory: PiecewisePolynomial
+
+
+def augmented_lagrangian(
+    objective: Callable[[Any], jax.Array],
+    z0: Any,
+    equality: Callable[[Any], jax.Array] | None = None,
+    inequality: Callable[[Any], jax.Array] | None = None,
+    outer_iterations: int = 20,
+    inner_iterations: int = 100,
+    penalty: float = 100.0,
+    penalty_growth: float = 10.0,
+    max_penalty: float = 1e8,
+    tolerance: float = 1e-6,
+) -> tuple[Any, dict[str, Any]]:
+    """Minimize ``objective(z)`` s.t. ``equality(z) = 0`` and ``inequality(z) <= 0`` (Powell-Hestenes-
+    Rockafellar augmented Lagrangian; each inner problem solved by ``inner_iterations`` of L-BFGS).
+
+    Returns (z, info) with info = {"violation", "objective", "outer_iterations"}.
+    """
+    flat0, unravel = jax.flatten_util.ravel_pytree(z0)
+    eq = (lambda z: equality(unravel(z))) if equality is not None else (lambda z: jnp.zeros((0,), flat0.dtype))
+    ineq = (lambda z: inequality(unravel(z))) if inequality is not None else (lambda z: jnp.zeros((0,), flat0.dtype))
+    obj = lambda z: objective(unravel(z))  # noqa: E731
+    n_eq, n_in = eq(flat0).shape[0], ineq(flat0).shape[0]
+
+    def lagrangian(z: jax.Array, lam: jax.Array, nu: jax.Array, mu: jax.Array) -> jax.Array:
+        c = eq(z)
+        g = ineq(z)
+        value = obj(z) + lam @ c + 0.5 * mu * c @ c
+        shifted = jnp.maximum(0.0, nu + mu * g)
+        return value + (shifted @ shifted - nu @ nu) / (2.0 * mu)
+
+    @jax.jit
+    def inner(z: jax.Array, lam: jax.Array, nu: jax.Array, mu: jax.Array) -> jax.Array:
+        fun = lambda zz: lagrangian(zz, lam, nu, mu)  # noqa: E731
+        opt = optax.lbfgs()
+        value_and_grad = optax.value_and_grad_from_state(fun)
+
+        def step(_: int, carry: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
+            z, state = carry
+            value, grad = value_and_grad(z, state=state)
+            updates, state = opt.update(grad, state, z, value=value, grad=grad, value_fn=fun)
+            return optax.apply_updates(z, updates), state
+
+        z, _ = jax.lax.fori_loop(0, inner_iterations, step, (z, opt.init(z)))
+        return z
+
+    def violation(z: jax.Array) -> float:
+        parts = [jnp.abs(eq(z)), jnp.maximum(ineq(z), 0.0)]
+        return float(jnp.max(jnp.concatenate([p for p in parts if p.size] or [jnp.zeros(1)])))
+
+    z = flat0
+    lam = jnp.zeros((n_eq,), flat0.dtype)
+    nu = jnp.zeros((n_in,), flat0.dtype)
+    mu = penalty
+    used = 0
+    for used in range(1, outer_iterations + 1):  # noqa: B007 - the count is reported
+        z = inner(z, lam, nu, jnp.asarray(mu))
+        if violation(z) <= tolerance:
+            break
+        lam = lam + mu * eq(z)
+        nu = jnp.maximum(0.0, nu + mu * ineq(z))
+        mu = min(mu * penalty_growth, max_penalty)
+    return unravel(z), {"violation": violation(z), "objective": float(obj(z)), "outer_iterations": used}
+
+
+def _input_port(system: System) -> Any:
+    ports = [p for p in system._spec.input_ports if not p.is_abstract()]
+    if len(ports) != 1:
+        raise JaxsysError(
+            f"Trajectory optimization needs a system with exactly one vector input port; System "
+            f"{system.get_system_id_string()} has {len(ports)}."
+        )
+    return ports[0]
+
+
+def _limit_constraints(u: jax.Array, u_limit: Any) -> jax.Array:
+    if u_limit is None:
+        return jnp.zeros((0,), u.dtype)
+    lim = jnp.asarray(u_limit, u.dtype)
+    return jnp.concatenate([(u - lim).ravel(), (-u - lim).ravel()])
+
+
+def _trapezoid(values: jax.Array, h: float) -> jax.Array:
+    return h * (jnp.sum(values) - 0.5 * (values[0] + values[-1]))
+
+
+class _ShootingModel:
+    """The plant driven by a TrajectorySource; simulates from (x0, u knots) and records the states."""
+
+    def __init__(self, system: System, context: Context, T: float, N: int, substeps: int) -> None:
+        self.port = _input_port(system)
+        self.m = self.port.size()
+        self.T, self.N = float(T), int(N)
+        self.h = self.T / self.N
+        self.times = np.linspace(0.0, self.T, self.N + 1)
+        traj = PiecewisePolynomial.first_order_hold(self.times, np.zeros((self.N + 1, self.m)))
+        builder = DiagramBuilder()
+        self.source = builder.add_named_system("input", TrajectorySource(traj))
+        self.plant = builder.add_named_system("plant", _detached_copy(system))
+        builder.connect(self.source.get_output_port(), self.plant.get_input_port(self.port.get_index()))
+        self.diagram = builder.build("trajopt")
+        sub = self.diagram.get_subsystem_context(self.diagram.create_default_context(), self.plant).set_from(context)
+        self.base = self.diagram.set_subsystem_context(self.diagram.create_default_context(), self.plant, sub)
+        self.integrator = RungeKutta4Integrator(max_step_size=self.h / substeps)
+        self.x0 = context.get_continuous_state_vector()
+
+    def rollout(self, x_start: jax.Array, u: jax.Array) -> jax.Array:
+        """States at all knots, starting from x_start, under the first-order-hold input u."""
+        traj = PiecewisePolynomial.first_order_hold(self.times, u)
+        src_ctx = self.source.with_trajectory(self.diagram.get_subsystem_context(self.base, self.source), traj)
+        ctx = self.diagram.set_subsystem_context(self.base, self.source, src_ctx).with_continuous_state(x_start)
+        return simulate(self.diagram, ctx, self.T, self.integrator, save_at=self.times, start_time=0.0).ys
+
+
+def _detached_copy(system: System) -> System:
+    """A structurally identical fresh instance when ``system`` already belongs to a diagram."""
+    if system.get_parent() is None and system._spec.in_builder is None:
+        return system
+    raise JaxsysError(
+        f"Trajectory optimization builds its own diagram around the plant: pass a System that is not part of "
+        f"another diagram (System {system.get_system_id_string()} is)."
+    )
+
+
+def direct_shooting(
+    system: System,
+    context: Context,
+    T: float,
+    num_intervals: int,
+    running_cost: Callable[[jax.Array, jax.Array], jax.Array],
+    final_cost: Callable[[jax.Array], jax.Array] | None = None,
+    x_final: Any = None,
+    u_limit: Any = None,
+    num_segments: int = 1,
+    substeps: int = 4,
+    u_init: Any = None,
+    **solver_options: Any,
+) -> TrajOptResult:
+    """Direct shooting (``num_segments=1``) or multiple shooting (``num_segments>1``, segments
+    simulated in one ``vmap`` with continuity constraints) from the state in ``context``.
+
+    ``x_final``: a required final state (equality constraint); ``u_limit``: |u| <= u_limit elementwise.
+    ``system`` is the plant alone (one vector input port), not part of another diagram.
+    """
+    N, M = int(num_intervals), int(num_segments)
+    if N % M:
+        raise JaxsysError(f"direct_shooting: num_intervals ({N}) must be a multiple of num_segments ({M}).")
+    L = N // M
+    # one model for a segment of L intervals; every segment runs on its own clock from t = 0, so all
+    # of them share one static step plan and run as one vmapped scan
+    model = _ShootingModel(system, context, float(T) / M, L, substeps)
+    times = np.linspace(0.0, float(T), N + 1)
+    shape = (N + 1, model.m)
+    u0 = jnp.zeros(shape) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, float), shape)
+    x0 = model.x0
+
+    def segments(z: dict[str, jax.Array]) -> jax.Array:
+        starts = jnp.concatenate([x0[None], z["s"]]) if M > 1 else x0[None]
+        u_segs = jnp.stack([z["u"][j * L : j * L + L + 1] for j in range(M)])
+        return jax.vmap(model.rollout)(starts, u_segs)  # (M, L + 1, n)
+
+    def all_knots(z: dict[str, jax.Array]) -> jax.Array:
+        segs = segments(z)
+        return jnp.concatenate([segs[:, :-1].reshape(-1, x0.shape[0]), segs[-1, -1:]])
+
+    def cost(z: dict[str, jax.Array]) -> jax.Array:
+        xs = all_knots(z)
+        value = _trapezoid(jax.vmap(running_cost)(xs, z["u"]), model.h)
+        if final_cost is not None:
+            value = value + final_cost(xs[-1])
+        return value
+
+    def equality(z: dict[str, jax.Array]) -> jax.Array:
+        parts = []
+        if M > 1:
+            segs = segments(z)
+            parts.append((segs[:-1, -1] - z["s"]).ravel())  # continuity defects
+        if x_final is not None:
+            parts.append(all_knots(z)[-1] - jnp.asarray(x_final, float))
+        return jnp.concatenate(parts) if parts else jnp.zeros((0,))
+
+    z0: dict[str, jax.Array] = {"u": u0}
+    if M > 1:  # initial segment states: a straight line from x0 to the goal (or x0)
+        goal = jnp.asarray(x_final, float) if x_final is not None else x0
+        frac = jnp.arange(1, M)[:, None] / M
+        z0["s"] = x0[None] + frac * (goal - x0)[None]
+    z, info = augmented_lagrangian(cost, z0, equality, lambda z: _limit_constraints(z["u"], u_limit), **solver_options)
+    return _result("multiple_shooting" if M > 1 else "direct_shooting", times, z["u"], all_knots(z), info)
+
+
+def direct_collocation(
+    system: System,
+    context: Context,
+    T: float,
+    num_intervals: int,
+    running_cost: Callable[[jax.Array, jax.Array], jax.Array],
+    final_cost: Callable[[jax.Array], jax.Array] | None = None,
+    x_final: Any = None,
+    u_limit: Any = None,
+    u_init: Any = None,
+    **solver_options: Any,
+) -> TrajOptResult:
+    """Hermite-Simpson direct collocation on the continuous dynamics of ``system`` (one vector input
+    port) from the state in ``context``; the input is first-order hold between knots."""
+    port = _input_port(system)
+    m = port.size()
+    N = int(num_intervals)
+    h = float(T) / N
+    times = np.linspace(0.0, float(T), N + 1)
+    x0 = context.get_continuous_state_vector()
+
+    def f(x: jax.Array, u: jax.Array, t: jax.Array) -> jax.Array:
+        ctx = port.fix_value(context.with_continuous_state(x).with_time(t), u)
+        return system._calc_time_derivatives_raw(ctx)
+
+    def unpack(z: dict[str, jax.Array]) -> jax.Array:
+        return jnp.concatenate([x0[None], z["x"]])
+
+    def defects_and_cost(z: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        xs, us = unpack(z), z["u"]
+        fs = jax.vmap(f)(xs, us, jnp.asarray(times))
+        xm = 0.5 * (xs[:-1] + xs[1:]) + h / 8.0 * (fs[:-1] - fs[1:])
+        um = 0.5 * (us[:-1] + us[1:])
+        fm = jax.vmap(f)(xm, um, jnp.asarray(times[:-1] + 0.5 * h))
+        defects = xs[1:] - xs[:-1] - h / 6.0 * (fs[:-1] + 4.0 * fm + fs[1:])
+        lk = jax.vmap(running_cost)(xs, us)
+        lm = jax.vmap(running_cost)(xm, um)
+        value = jnp.sum(h / 6.0 * (lk[:-1] + 4.0 * lm + lk[1:]))
+        if final_cost is not None:
+            value = value + final_cost(xs[-1])
+        return defects, value
+
+    def equality(z: dict[str, jax.Array]) -> jax.Array:
+        d, _ = defects_and_cost(z)
+        parts = [d.ravel()]
+        if x_final is not None:
+            parts.append(unpack(z)[-1] - jnp.asarray(x_final, float))
+        return jnp.concatenate(parts)
+
+    goal = jnp.asarray(x_final, float) if x_final is not None else x0
+    frac = jnp.arange(1, N + 1)[:, None] / N
+    z0 = {
+        "x": x0[None] + frac * (goal - x0)[None],
+        "u": jnp.zeros((N + 1, m)) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, float), (N + 1, m)),
+    }
+    z, info = augmented_lagrangian(
+        lambda z: defects_and_cost(z)[1], z0, equality, lambda z: _limit_constraints(z["u"], u_limit), **solver_options
+    )
+    return _result("direct_collocation", times, z["u"], unpack(z), info)
+
+
+def _result(method: str, times: np.ndarray, u: jax.Array, x: jax.Array, info: dict[str, Any]) -> TrajOptResult:
+    return TrajOptResult(
+        method,
+        np.asarray(times),
+        np.asarray(u),
+        np.asarray(x),
+        info["objective"],
+        info["violation"],
+        info["outer_iterations"],
+        PiecewisePolynomial.first_order_hold(times, np.asarray(u)),
+    )
+
+
+def simulate_open_loop(system: System, context: Context, result: TrajOptResult, substeps: int = 20) -> np.ndarray:
+    """Simulate ``system`` from ``context`` under the optimized input (first-order hold) with the
+    simulator; returns the states at the knot times, shape (N+1, n)."""
+    model = _ShootingModel(system, context, float(result.times[-1]), len(result.times) - 1, substeps)
+    return np.asarray(model.rollout(model.x0, jnp.asarray(result.u)))
