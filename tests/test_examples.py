@@ -60,3 +60,15 @@ def test_lqr_example_balances_the_cart_pole():
     text = run_example("lqr_stabilization.py")
     final = re.search(r"final state \[x, theta - pi, xdot, thetadot\]: \[([^\]]+)\]", text).group(1)
     assert max(abs(float(v)) for v in final.split()) < 1e-2
+
+
+def test_trajectory_optimization_example_reaches_the_top():
+    text = run_example("trajectory_optimization.py")
+    dev = re.search(r"simulated final state - goal: \[([^\]]+)\]", text).group(1).split()
+    assert abs(float(dev[1])) < 0.05 and abs(float(dev[0])) < 0.05
+
+
+def test_batched_simulation_example_energy_decreases_everywhere():
+    text = run_example("batched_simulation.py")
+    n_dec, n = map(int, re.search(r"members whose energy decreased: (\d+) of (\d+)", text).groups())
+    assert n_dec == n == 4096
