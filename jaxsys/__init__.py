@@ -6,6 +6,15 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 """
 
 from . import examples as examples, plotting as plotting, primitives as primitives
+from .analysis.batch import (
+    BatchResult as BatchResult,
+    Normal as Normal,
+    Uniform as Uniform,
+    batch_simulate as batch_simulate,
+    randomize_contexts as randomize_contexts,
+    shard_batch as shard_batch,
+    stack_contexts as stack_contexts,
+)
 from .analysis.event_loop import (
     PublishLog as PublishLog,
     advance_pending_events as advance_pending_events,
