@@ -5,7 +5,7 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 ``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
 """
 
-from . import examples as examples, plotting as plotting, primitives as primitives
+from . import ecs as ecs, examples as examples, plotting as plotting, primitives as primitives
 from .analysis.batch import (
     BatchResult as BatchResult,
     Normal as Normal,

@@ -1,0 +1,18 @@
+"""A Gazebo-style entity-component world whose systems run in PreUpdate / Update / PostUpdate phases
+(gz-sim's System, UpdateInfo and EntityComponentManager, as pure functions over pytrees)."""
+
+from .bridge import DiagramPhysics as DiagramPhysics
+from .systems import (
+    DEFAULT_PRIORITY as DEFAULT_PRIORITY,
+    PHYSICS_PRIORITY as PHYSICS_PRIORITY,
+    POST_PHYSICS_SENSOR_PRIORITY as POST_PHYSICS_SENSOR_PRIORITY,
+    PRE_PHYSICS_PRIORITY as PRE_PHYSICS_PRIORITY,
+    USER_COMMANDS_PRIORITY as USER_COMMANDS_PRIORITY,
+    EcsSystem as EcsSystem,
+    UpdateInfo as UpdateInfo,
+    configure as configure,
+    reset as reset,
+    run as run,
+    step as step,
+)
+from .world import NULL_ENTITY as NULL_ENTITY, Column as Column, World as World, WorldView as WorldView

@@ -1,0 +1,244 @@
+"""The entity-component world: phases, UpdateInfo (the seed's semantics), entity lifetimes,
+required components, read-only PostUpdate, vmap/grad, and the Diagram bridge."""
+
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsys as js
+from jaxsys import ecs
+from jaxsys.examples import Pendulum
+
+
+_CALLS: list = []
+
+
+def _note(name):
+    def cb(t):
+        _CALLS.append((name, int(t)))
+
+    return cb
+
+
+class Tracer(ecs.EcsSystem):
+    """Records (phase:name, iteration) with ordered host callbacks."""
+
+    name: str = eqx.field(static=True)
+    prio: int = eqx.field(static=True)
+
+    def __init__(self, name, prio):
+        self.name, self.prio = name, prio
+
+    @property
+    def priority(self):  # type: ignore[override]
+        return self.prio
+
+    def pre_update(self, info, world):
+        jax.debug.callback(_note(f"pre:{self.name}"), info.iterations, ordered=True)
+        return world
+
+    def update(self, info, world):
+        jax.debug.callback(_note(f"update:{self.name}"), info.iterations, ordered=True)
+        return world
+
+    def post_update(self, info, view):
+        jax.debug.callback(_note(f"post:{self.name}"), info.iterations, ordered=True)
+        return jnp.stack(
+            [info.sim_sec * 1_000_000_000 + info.sim_nsec, info.dt_ns, info.iterations, info.paused.astype(jnp.int32)]
+        )
+
+
+def empty_world(capacity=8):
+    return ecs.World.empty(capacity, {"pos": jnp.zeros(2), "vel": jnp.zeros(2), "tag": jnp.zeros(())})
+
+
+def test_phase_order_follows_priorities_then_insertion():
+    _CALLS.clear()
+    systems = [
+        Tracer("default", ecs.DEFAULT_PRIORITY),
+        Tracer("physics", ecs.PHYSICS_PRIORITY),
+        Tracer("commands", ecs.USER_COMMANDS_PRIORITY),
+        Tracer("default2", ecs.DEFAULT_PRIORITY),
+    ]
+    ecs.run(empty_world(), systems, 1, step_size=0.01)
+    jax.effects_barrier()
+    names = [c[0] for c in _CALLS]
+    assert names[:8] == [
+        "pre:commands",
+        "pre:physics",
+        "pre:default",
+        "pre:default2",
+        "update:commands",
+        "update:physics",
+        "update:default",
+        "update:default2",
+    ]
+    assert sorted(names[8:]) == sorted(f"post:{s.name}" for s in systems)
+
+
+@pytest.mark.parametrize("start_paused", [False, True])
+def test_update_info_on_paused_and_unpaused_starts(start_paused):
+    dt_ns = 10_000_000
+    _, info, (out,) = ecs.run(empty_world(), [Tracer("t", 0)], 3, step_size=0.01, paused=start_paused)
+    sim, dt, it, paused = np.asarray(out).T
+    if start_paused:  # the seed: sim_time is initially 0 when started paused; systems still run
+        assert list(sim) == [0, 0, 0] and list(dt) == [0, 0, 0] and list(it) == [0, 0, 0] and all(paused)
+    else:  # ... and initially dt when started un-paused
+        assert list(sim) == [dt_ns, 2 * dt_ns, 3 * dt_ns] and list(dt) == [dt_ns] * 3 and list(it) == [1, 2, 3]
+    assert float(info.sim_time) == pytest.approx(0.0 if start_paused else 0.03, abs=0)
+
+
+def test_pausing_mid_run_and_exact_integer_time():
+    paused = jnp.array([False, False, True, True, False])
+    _, _, (out,) = ecs.run(empty_world(), [Tracer("t", 0)], 5, step_size=0.001, paused=paused)
+    sim, dt, it, _ = np.asarray(out).T
+    assert list(sim) == [1_000_000, 2_000_000, 2_000_000, 2_000_000, 3_000_000]
+    assert list(dt) == [1_000_000, 1_000_000, 0, 0, 1_000_000]
+    assert list(it) == [1, 2, 2, 2, 3]
+    # a million steps of 1 ms is exactly 1000 s in integer time (no float drift)
+    _, info, _ = ecs.run(empty_world(), [], 1_000_000, step_size=0.001)
+    assert (int(info.sim_sec), int(info.sim_nsec)) == (1000, 0)
+
+
+class Spawner(ecs.EcsSystem):
+    priority: ClassVar[int] = ecs.PRE_PHYSICS_PRIORITY
+
+    def pre_update(self, info, world):
+        world, e = world.create_entity()
+        return world.create_component(e, "pos", jnp.array([1.0, 2.0]))
+
+
+class SeesNew(ecs.EcsSystem):
+    def update(self, info, world):
+        # remove every entity created this step, right after seeing it as new
+        return world.request_remove_where(world.each_new(["pos"]))
+
+    def post_update(self, info, view):
+        return jnp.stack([view.count(["pos"]), jnp.sum(view.each_new(["pos"])), jnp.sum(view.each_removed(["pos"]))])
+
+
+def test_entity_creation_and_removal_timing():
+    world, _, (counts,) = ecs.run(empty_world(), [Spawner(), SeesNew()], 3)
+    # each step: created in PreUpdate, visible and new in Update and PostUpdate, removed at the end
+    np.testing.assert_array_equal(counts, [[1, 1, 1]] * 3)
+    assert int(world.count(["pos"])) == 0 and not bool(jnp.any(world.new))
+
+
+def test_recursive_removal_and_capacity_error():
+    w = empty_world(4)
+    w, a = w.create_entity()
+    w, b = w.create_entity(parent=a)
+    w, c = w.create_entity(parent=b)
+    w = w.request_remove_entity(a).end_of_step()
+    assert not bool(jnp.any(w.alive))
+    w2 = empty_world(2)
+    w2, _ = w2.create_entity()
+    w2, _ = w2.create_entity()
+    with pytest.raises(Exception, match="World is full: all 2 entity slots are in use"):
+        jax.block_until_ready(w2.create_entity()[1])
+
+
+class Mover(ecs.EcsSystem):
+    requires: ClassVar[tuple[str, ...]] = ("pos", "vel")
+
+    def update(self, info, world):
+        # deliberately writes every row: the runner must keep entities without "vel" unchanged
+        pos = world.column("pos") + info.dt * world.column("vel") + 100.0 * (~world.each(["vel"]))[:, None]
+        return world._with_column("pos", ecs.Column(pos, world.components["pos"].present))
+
+
+def test_required_component_filter():
+    w = empty_world()
+    w, moving = w.create_entity()
+    w = w.create_component(moving, "pos", jnp.zeros(2)).create_component(moving, "vel", jnp.array([1.0, 0.0]))
+    w, still = w.create_entity()
+    w = w.create_component(still, "pos", jnp.array([5.0, 5.0]))
+    w, _, _ = ecs.run(w.end_of_step(), [Mover()], 10, step_size=0.1)
+    np.testing.assert_allclose(w.component(moving, "pos"), [1.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(w.component(still, "pos"), [5.0, 5.0])  # untouched
+
+
+class Cheater(ecs.EcsSystem):
+    def post_update(self, info, view):
+        return view._world  # tries to hand back a world
+
+
+def test_post_update_is_read_only():
+    view = ecs.WorldView(empty_world())
+    for method in ("create_entity", "create_component", "request_remove_entity", "apply"):
+        assert not hasattr(view, method)
+    with pytest.raises(js.JaxsysError, match="post_update returned a World: PostUpdate is read-only"):
+        ecs.run(empty_world(), [Cheater()], 1)
+
+
+class Ballistic(ecs.EcsSystem):
+    priority: ClassVar[int] = ecs.PHYSICS_PRIORITY
+    requires: ClassVar[tuple[str, ...]] = ("pos", "vel")
+
+    def update(self, info, world):
+        def f(p, v):
+            v = v + info.dt * jnp.array([0.0, -9.81])
+            return p + info.dt * v, v
+
+        return world.apply(["pos", "vel"], f)
+
+    def reset(self, info, world):
+        return world
+
+
+def ball_world(v0):
+    w = empty_world()
+    w, e = w.create_entity()
+    return w.create_component(e, "pos", jnp.zeros(2)).create_component(e, "vel", v0).end_of_step(), e
+
+
+def test_reset_vmap_and_grad():
+    w0, e = ball_world(jnp.array([1.0, 10.0]))
+    w, _, _ = ecs.run(w0, [Ballistic()], 100, step_size=0.01)
+    back, info = ecs.reset(w0, [Ballistic()])
+    assert eqx.tree_equal(back, w0) and int(info.iterations) == 0
+    # vmap over worlds with different initial velocities
+    v0s = jnp.array([[1.0, 5.0], [2.0, 10.0], [0.0, 15.0]])
+    final = jax.vmap(lambda v: ecs.run(ball_world(v)[0], [Ballistic()], 100, step_size=0.01)[0].component(e, "pos"))(
+        v0s
+    )
+    for i, v in enumerate(v0s):
+        np.testing.assert_allclose(
+            final[i], ecs.run(ball_world(v)[0], [Ballistic()], 100, step_size=0.01)[0].component(e, "pos")
+        )
+    # gradient of the height after 1 s w.r.t. the initial vertical speed: semi-implicit Euler -> exactly 1 s
+    height = lambda vy: ecs.run(ball_world(jnp.stack([1.0, vy]))[0], [Ballistic()], 100, step_size=0.01)[0].component(
+        e, "pos"
+    )[1]  # noqa: E731
+    g = jax.grad(height)(10.0)
+    fd = (height(10.0 + 1e-6) - height(10.0 - 1e-6)) / 2e-6
+    np.testing.assert_allclose(g, fd, rtol=1e-7)
+    np.testing.assert_allclose(g, 1.0, rtol=1e-9)
+
+
+def test_bridged_diagram_matches_simulate():
+    p = Pendulum()
+    ctx = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
+    physics = ecs.DiagramPhysics(
+        p, "state", context=ctx, integrator=js.RungeKutta4Integrator(max_step_size=1.0), substeps=2
+    )
+    w = ecs.World.empty(4, {"state": jnp.zeros(2)})
+    starts = [jnp.array([0.5, 0.0]), jnp.array([1.0, -1.0])]
+    ids = []
+    for x0 in starts:
+        w, e = w.create_entity()
+        w = w.create_component(e, "state", x0)
+        ids.append(e)
+    w, _, _ = ecs.run(w.end_of_step(), [physics], 200, step_size=0.01)
+    for e, x0 in zip(ids, starts):
+        ref = js.simulate(p, ctx.with_continuous_state(x0), 2.0, js.RungeKutta4Integrator(max_step_size=0.005))
+        np.testing.assert_allclose(
+            w.component(e, "state"), ref.context.get_continuous_state_vector(), rtol=1e-11, atol=1e-13
+        )
+    # paused steps leave the physics state unchanged
+    w2, _, _ = ecs.run(w, [physics], 5, step_size=0.01, paused=True)
+    np.testing.assert_array_equal(w2.column("state"), w.column("state"))
