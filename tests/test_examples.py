@@ -72,3 +72,22 @@ def test_batched_simulation_example_energy_decreases_everywhere():
     text = run_example("batched_simulation.py")
     n_dec, n = map(int, re.search(r"members whose energy decreased: (\d+) of (\d+)", text).groups())
     assert n_dec == n == 4096
+
+
+def test_ecs_particles_example():
+    import importlib.util
+
+    import jax.numpy as jnp
+
+    spec = importlib.util.spec_from_file_location("ecs_particles", ROOT / "examples" / "ecs_particles.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ecs_particles"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    text = run_example("ecs_particles.py")
+    left = int(re.search(r"(\d+) of 300 particles left", text).group(1))
+    # nothing acts horizontally, so x(t) = x0 + vx t exactly: the survivors are known in advance
+    w = mod.make_world()
+    x_final = w.column("pos")[:, 0] + 10.0 * w.column("vel")[:, 0]
+    assert left == int(jnp.sum(w.each(["pos"]) & (jnp.abs(x_final) <= 5.0)))
+    assert abs(float(re.search(r"controlled particles' mean height (\S+)", text).group(1)) - 2.0) < 1e-3
+    assert float(re.search(r"free particles' mean height (\S+)", text).group(1)) < 1e-3
