@@ -299,3 +299,20 @@ def test_progress_meter_reports_and_changes_nothing(integrator, capsys):
     )(ctx)
     g0 = jax.grad(lambda c: js.simulate(s, c, 1.0, integrator).context.get_continuous_state_vector()[0])(ctx)
     np.testing.assert_allclose(g.get_continuous_state_vector(), g0.get_continuous_state_vector(), rtol=1e-12)
+
+
+def test_checkpointed_loop_gives_the_same_values_and_gradients():
+    p = Pendulum()
+    base = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-9)
+
+    def final(theta0, loop):
+        c = base.with_continuous_state(jnp.stack([theta0, 0.0]))
+        return js.simulate(
+            p, c, 3.0, integ, loop=loop, checkpoints=8 if loop == "checkpointed" else None
+        ).context.get_continuous_state_vector()[0]
+
+    np.testing.assert_array_equal(final(0.7, "checkpointed"), final(0.7, "bounded"))
+    np.testing.assert_allclose(jax.grad(final)(0.7, "checkpointed"), jax.grad(final)(0.7, "bounded"), rtol=1e-12)
+    with pytest.raises(js.JaxsysError, match="loop must be 'bounded' or 'checkpointed'"):
+        final(0.7, "unrolled")

@@ -236,6 +236,8 @@ def simulate(
     updates_at_start: bool = True,
     log_capacity: int = 10_000,
     witness_iterations: int = 40,
+    loop: str = "bounded",
+    checkpoints: int | None = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -257,6 +259,12 @@ def simulate(
       from their period and the horizon when those are known while tracing).
     - `witness_iterations`: bisection steps isolating a witness crossing: the crossing time is
       found to (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step).
+    - `loop`: how the variable-length (error-controlled or event-driven) loop is built:
+      ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work) or
+      ``"checkpointed"`` (reverse mode keeps only ``checkpoints`` saved states, recomputing the rest:
+      for very long horizons whose ``grad`` would not fit in memory; forward-mode ``jvp``/``jacfwd``
+      is not available with it). Fixed-step runs with a static step count are a ``lax.scan`` either way.
+    - `checkpoints`: for ``loop="checkpointed"`` (default: equinox's, about log(max_steps)).
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -291,6 +299,8 @@ def simulate(
             f"'boundary_time >= context->get_time()' failed)."
         )
 
+    if loop not in ("bounded", "checkpointed"):
+        raise JaxsysError(f"simulate: loop must be 'bounded' or 'checkpointed'; got {loop!r}.")
     program = EventProgram(system)
     init_values: Any = ()
     events = None
@@ -641,6 +651,8 @@ def _simulate_while(
     progress: AbstractProgressMeter,
     events: Any = None,
     witness_iterations: int = 40,
+    loop: str = "bounded",
+    checkpoints: int | None = None,
 ) -> _Raw:
     """Step attempts in an ``equinox.internal.while_loop(kind="bounded")`` (see the module docstring)."""
     dtype = t0.dtype
@@ -835,7 +847,12 @@ def _simulate_while(
             evc = (rest, k_ev, logs, ~accept, counts, w_pending)
         return (t_acc, x_acc, ic, fs, save, seg, evc)
 
-    out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
+    if loop == "checkpointed":
+        out = eqxi.while_loop(
+            unfinished, body, init, max_steps=integrator.max_steps, kind="checkpointed", checkpoints=checkpoints
+        )
+    else:
+        out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
     t, x, ic, fs, save, _, evc = out
     status = jnp.where(unfinished(out), STATUS_MAX_STEPS, ic[_I_STATUS]).astype(i32)
     stats = _statistics(
