@@ -242,10 +242,13 @@ def case_chain(n):
             return f(context.get_continuous_state_vector())
 
     c1 = Chain()
+    flat_ctx, unravel = js.ravel_context(d.create_default_context())
+    flat_run = jax.jit(lambda v: js.simulate(d, unravel(v), 10.0, integ).context.get_continuous_state_vector())
     single = jax.jit(lambda c: js.simulate(c1, c, 10.0, integ).context.get_continuous_state_vector())
     rows = [
         (f"jaxsys diagram (build {build_s:.2f} s)", *timeit(ours, d.create_default_context(), repeats=3)),
         ("same dynamics as one function", *timeit(single, c1.create_default_context(), repeats=3)),
+        ("jaxsys diagram, context passed as one vector (js.ravel_context)", *timeit(flat_run, flat_ctx, repeats=3)),
         (
             "(passing the diagram context alone: jit dispatch)",
             *timeit(jax.jit(lambda c: c.time), d.create_default_context()),

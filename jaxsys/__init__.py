@@ -81,6 +81,7 @@ from .framework.context import (
     State as State,
     SystemOutput as SystemOutput,
     default_float_dtype as default_float_dtype,
+    ravel_context as ravel_context,
 )
 from .framework.diagram import Diagram as Diagram
 from .framework.diagram_builder import DiagramBuilder as DiagramBuilder

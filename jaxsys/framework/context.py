@@ -796,3 +796,32 @@ class DiagramContext(Context):
         """A copy at time ``t`` in this context and every subcontext (Drake: ``SetTime``)."""
         t = jnp.asarray(t, dtype=self.time.dtype)
         return DiagramContext(t, tuple(s.with_time(t) for s in self.subcontexts), self.inputs, self.system_id)
+
+
+def ravel_context(context: Context) -> tuple[Array, Any]:
+    """The floating-point values of ``context`` as one vector, and a function rebuilding the context.
+
+    ``vector, unravel = ravel_context(ctx)``; ``unravel(vector) == ctx``. Passing one vector into a
+    jitted function instead of a context with thousands of arrays (a large diagram) removes JAX's
+    per-array dispatch cost; non-floating leaves (integers, PRNG keys) are kept as they are.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(context)
+    is_float = [jnp.issubdtype(jnp.asarray(x).dtype, jnp.floating) for x in leaves]
+    floats = [jnp.asarray(x) for x, f in zip(leaves, is_float) if f]
+    shapes = [x.shape for x in floats]
+    dtypes = [x.dtype for x in floats]
+    sizes = [int(np.prod(s)) for s in shapes]
+    vector = jnp.concatenate([x.reshape(-1) for x in floats]) if floats else jnp.zeros((0,), default_float_dtype())
+
+    def unravel(v: Array) -> Context:
+        out, pos, k = [], 0, 0
+        for x, f in zip(leaves, is_float):
+            if f:
+                out.append(v[pos : pos + sizes[k]].reshape(shapes[k]).astype(dtypes[k]))
+                pos += sizes[k]
+                k += 1
+            else:
+                out.append(x)
+        return jax.tree_util.tree_unflatten(treedef, out)
+
+    return vector, unravel
