@@ -151,7 +151,7 @@ class _ShootingModel:
         traj = PiecewisePolynomial.first_order_hold(self.times, np.zeros((self.N + 1, self.m)))
         builder = DiagramBuilder()
         self.source = builder.add_named_system("input", TrajectorySource(traj))
-        self.plant = builder.add_named_system("plant", _detached_copy(system))
+        self.plant = builder.add_named_system("plant", _require_free(system))
         builder.connect(self.source.get_output_port(), self.plant.get_input_port(self.port.get_index()))
         self.diagram = builder.build("trajopt")
         sub = self.diagram.get_subsystem_context(self.diagram.create_default_context(), self.plant).set_from(context)
@@ -167,8 +167,8 @@ class _ShootingModel:
         return simulate(self.diagram, ctx, self.T, self.integrator, save_at=self.times, start_time=0.0).ys
 
 
-def _detached_copy(system: System) -> System:
-    """A structurally identical fresh instance when ``system`` already belongs to a diagram."""
+def _require_free(system: System) -> System:
+    """``system`` itself, checked to be free to join the optimizer's own diagram."""
     if system.get_parent() is None and system._spec.in_builder is None:
         return system
     raise JaxsysError(
