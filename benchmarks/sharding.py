@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import time
+
+from _results import write_block
 
 
 def measure(n: int) -> dict:
@@ -83,17 +84,7 @@ def main() -> None:
         )
     print("\n".join(lines))
     if args.write:
-        path = pathlib.Path(__file__).parent / "RESULTS.md"
-        text = path.read_text()
-        marker = "<!-- sharding table: written by benchmarks/sharding.py --write -->"
-        head, _, rest = text.partition(marker)
-        tail = rest.split("<!-- end sharding table -->")[-1] if rest else ""
-        path.write_text(
-            head + marker + "\n\n" + "\n".join(lines) + "\n\n<!-- end sharding table -->" + tail
-            if rest
-            else text.rstrip() + "\n\n" + marker + "\n\n" + "\n".join(lines) + "\n\n<!-- end sharding table -->\n"
-        )
-        print(f"written {path}")
+        write_block("sharding table: written by benchmarks/sharding.py --write", lines)
 
 
 if __name__ == "__main__":

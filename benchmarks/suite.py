@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import pathlib
 import platform
 import statistics
 import time
@@ -22,6 +21,8 @@ import jax.numpy as jnp
 
 
 jax.config.update("jax_enable_x64", True)
+
+from _results import write_block  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 import jaxsys as js  # noqa: E402
 from jaxsys.examples import Pendulum  # noqa: E402
@@ -453,14 +454,7 @@ def main() -> None:
             lines.append(line)
             print(line, flush=True)
     if args.write:
-        path = pathlib.Path(__file__).parent / "RESULTS.md"
-        marker = "<!-- table: written by benchmarks/suite.py --write -->"
-        head = "# Benchmark results\n\n"
-        if path.exists() and marker in path.read_text():
-            head = path.read_text().split(marker)[0]
-        path.write_text(head + marker + "\n\n" + "\n".join(lines) + "\n")
-        print(f"written {path}")
-
+        write_block("table: written by benchmarks/suite.py --write", lines)
 
 if __name__ == "__main__":
     main()
