@@ -314,5 +314,10 @@ def test_checkpointed_loop_gives_the_same_values_and_gradients():
 
     np.testing.assert_array_equal(final(0.7, "checkpointed"), final(0.7, "bounded"))
     np.testing.assert_allclose(jax.grad(final)(0.7, "checkpointed"), jax.grad(final)(0.7, "bounded"), rtol=1e-12)
+    # the checkpointed loop really is used: it is reverse-mode only (a custom_vjp), the bounded one is not
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(lambda t: final(t, "checkpointed"), (0.7,), (1.0,))
+    _, tangent = jax.jvp(lambda t: final(t, "bounded"), (0.7,), (1.0,))
+    np.testing.assert_allclose(tangent, jax.grad(final)(0.7, "bounded"), rtol=1e-12)
     with pytest.raises(js.JaxsysError, match="loop must be 'bounded' or 'checkpointed'"):
         final(0.7, "unrolled")

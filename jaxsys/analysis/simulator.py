@@ -347,43 +347,13 @@ def simulate(
         plan = _plan_fixed_steps(
             integrator.max_step_size, t0_plan, c_tf, np.zeros(0) if save_at is None else _concrete(save_at)
         )
+    run = _Run(system, context, integrator, f, aux, record, x0, t0, t_final_arr, ts)
     if plan is not None:
         n_fixed, save_idx, exact = plan
         scan_events = events + (updates_at_start,) if program else None
-        raw = _simulate_scan(
-            system,
-            context,
-            integrator,
-            f,
-            aux,
-            record,
-            x0,
-            t0,
-            t_final_arr,
-            ts,
-            n_fixed,
-            save_idx,
-            exact,
-            progress,
-            scan_events,
-        )
+        raw = _simulate_scan(run, n_fixed, save_idx, exact, scan_events)
     else:
-        raw = _simulate_while(
-            system,
-            context,
-            integrator,
-            f,
-            aux,
-            record,
-            x0,
-            t0,
-            t_final_arr,
-            ts,
-            fixed,
-            progress,
-            events,
-            witness_iterations,
-        )
+        raw = _simulate_while(run, fixed, events, witness_iterations, loop, checkpoints)
     progress.close(progress_token, raw.t)
     # Checks are attached to the few arrays a caller uses (final state, recorded values, status),
     # not to the whole context: a diagram's context has arrays for every leaf.
@@ -414,6 +384,21 @@ def simulate(
         zero = jnp.zeros((), jnp.int32)
         sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, zero, zero, zero)
     return SimulationResult(final, ts, ys, raw.stats, status, tuple(raw.logs), sim_stats, init_values)
+
+
+class _Run(NamedTuple):
+    """What both loops (scan and while) need from :func:`simulate`."""
+
+    system: System
+    context: Context
+    integrator: IntegratorBase
+    f: Callable[..., Array]
+    aux: Any
+    record: Callable[[Context], Any]
+    x0: Array
+    t0: Array
+    t_final: Array
+    ts: Array
 
 
 def _plan_fixed_steps(
@@ -455,20 +440,10 @@ def _write(buf: Any, k: Array, value: Any, hit: Array) -> Any:
 
 
 def _simulate_scan(
-    system: System,
-    context: Context,
-    integrator: IntegratorBase,
-    f: Callable[..., Array],
-    aux: Any,
-    record: Callable[[Context], Any],
-    x0: Array,
-    t0: Array,
-    t_final: Array,
-    ts: Array,
+    run: _Run,
     n_steps: int,
     save_idx: np.ndarray | None,
     exact: bool,
-    progress: AbstractProgressMeter,
     events: Any = None,
 ) -> _Raw:
     """Fixed steps as ``lax.scan``. ``exact``: the span is a whole number of steps, so every step
@@ -477,6 +452,7 @@ def _simulate_scan(
     With ``events`` (only when every periodic event time lies on the step grid and there are no
     witnesses), each scan iteration is one Drake step: updates, the step, publishes.
     """
+    system, context, integrator, f, aux, record, x0, t0, t_final, ts = run
     dtype = t0.dtype
     h = float(integrator.max_step_size)
     n_save = int(ts.shape[0])
@@ -637,24 +613,15 @@ _F_SMALLEST, _F_LARGEST, _F_INITIAL, _F_PREVIOUS, _F_HTRY, _F_HIDEAL = range(6)
 
 
 def _simulate_while(
-    system: System,
-    context: Context,
-    integrator: IntegratorBase,
-    f: Callable[..., Array],
-    aux: Any,
-    record: Callable[[Context], Any],
-    x0: Array,
-    t0: Array,
-    t_final: Array,
-    ts: Array,
+    run: _Run,
     fixed: bool,
-    progress: AbstractProgressMeter,
     events: Any = None,
     witness_iterations: int = 40,
     loop: str = "bounded",
     checkpoints: int | None = None,
 ) -> _Raw:
-    """Step attempts in an ``equinox.internal.while_loop(kind="bounded")`` (see the module docstring)."""
+    """Step attempts in an ``equinox.internal.while_loop`` of kind ``loop`` (see the module docstring)."""
+    system, context, integrator, f, aux, record, x0, t0, t_final, ts = run
     dtype = t0.dtype
     n_save = int(ts.shape[0])
     i32 = jnp.int32
