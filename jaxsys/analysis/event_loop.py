@@ -236,10 +236,10 @@ class EventProgram:
         k = self.advance(k, due, gate, kinds=(PUBLISH,))
         return k, logs, jnp.any(act).astype(jnp.int32)
 
-    def initialize(self, context: Context, k: Array, logs: tuple[Any, ...]) -> tuple[Context, tuple[Any, ...], Any]:
-        """Initialization events (unrestricted, discrete, then publishes, including per-step
-        publishes and periodic publishes due at the start time). Returns the new context, the
-        logs and the initialization publish values."""
+    def initialize(self, context: Context) -> tuple[Context, Any]:
+        """Initialization events: unrestricted, then discrete updates, then initialization publishes
+        (the per-step and periodic publishes due at the start are the caller's). Returns the new
+        context and the initialization publish values."""
         u = self.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]
         if u:
             context = context.with_state(dispatch_unrestricted(self.system, context, EventCollection(u)))
@@ -248,7 +248,7 @@ class EventProgram:
             context = context.with_discrete_state(dispatch_discrete(self.system, context, EventCollection(d)))
         p = self.by[(TriggerType.INITIALIZATION, PUBLISH)]
         init_values = dispatch_publish(self.system, context, EventCollection(p)) if p else ()
-        return context, logs, init_values
+        return context, init_values
 
     # ----- logs -----------------------------------------------------------------------------
     def allocate_logs(self, context: Context, capacities: list[int]) -> tuple[Any, ...]:

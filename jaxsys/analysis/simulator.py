@@ -306,7 +306,7 @@ def simulate(
     events = None
     if program:
         if initialize:
-            context, _, init_values = program.initialize(context, None, ())
+            context, init_values = program.initialize(context)
         program.bind_witnesses(context)
         k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
         logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
@@ -888,7 +888,7 @@ class Simulator:
         program = EventProgram(self._system)
         if program:
             context = self._context
-            context, _, self._init_publishes = program.initialize(context, None, ())
+            context, self._init_publishes = program.initialize(context)
             k0 = program.init_counters(context.get_time(), True, True)
             logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
             _, self._init_logs, _ = program.publishes(context, k0, jnp.array(True), logs0)

@@ -688,7 +688,7 @@ class Context(abc.ABC):
         for a, b in zip(mine, theirs):
             a_vals, a_def = jax.tree_util.tree_flatten((a.state, a.parameters))
             b_vals, b_def = jax.tree_util.tree_flatten(_strip_ids((b.state, b.parameters)))
-            if _strip_ids_def(a_def, (a.state, a.parameters)) != b_def or any(
+            if jax.tree_util.tree_structure(_strip_ids((a.state, a.parameters))) != b_def or any(
                 np.shape(x) != np.shape(y) for x, y in zip(a_vals, b_vals)
             ):
                 raise StateError(
@@ -701,10 +701,6 @@ class Context(abc.ABC):
                 LeafContext(jnp.asarray(b.time, dtype=a.time.dtype), state, params, a.inputs, a.system_id)
             )
         return self._with_leaf_contexts(new_leaves).with_time(jnp.asarray(other.time, dtype=self.time.dtype))
-
-
-def _strip_ids_def(treedef: Any, tree: Any) -> Any:
-    return jax.tree_util.tree_structure(_strip_ids(tree))
 
 
 @_pytree_dataclass

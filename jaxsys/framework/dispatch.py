@@ -73,7 +73,7 @@ def cond_or_call(active: Any, fn: Any, otherwise: Any, *operands: Any) -> Any:
     return jax.lax.cond(active, fn, otherwise, *operands)
 
 
-def _split(events: EventCollection, n_leaves: int, index: dict[int, int]) -> dict[int, EventCollection]:
+def _split(events: EventCollection, index: dict[int, int]) -> dict[int, EventCollection]:
     """Per-leaf sub-collections of ``events`` (events know their system)."""
     per: dict[int, tuple[list[Event], list[Any]]] = {}
     for i, e in enumerate(events.get_events()):
@@ -90,23 +90,22 @@ def _split(events: EventCollection, n_leaves: int, index: dict[int, int]) -> dic
     return out
 
 
-def _leaf_index(system: System) -> dict[int, int]:
-    return {id(leaf._spec): li for li, leaf in enumerate(event_leaves(system))}
-
-
-def _check_events_belong(system: System, events: EventCollection) -> None:
-    index = _leaf_index(system)
+def _by_leaf(
+    system: System, context: Context, events: EventCollection
+) -> tuple[list[Any], list[Context], dict[int, EventCollection]]:
+    """The leaves of ``system``, their contexts (inputs evaluated) and ``events`` split per leaf;
+    raises if an event belongs to no leaf of ``system``."""
+    leaves = event_leaves(system)
+    index = {id(leaf._spec): li for li, leaf in enumerate(leaves)}
     for e in events.get_events():
         if e.system is None or id(e.system._spec) not in index:
             raise StateError(f"{e!r} does not belong to System {system.get_system_id_string()} or its subsystems.")
+    return leaves, leaf_contexts_with_inputs(system, context), _split(events, index)
 
 
 def dispatch_publish(system: System, context: Context, events: EventCollection) -> tuple[Any, ...]:
     """Run the publish handlers; returns one recorded value per event in ``events`` (None if none)."""
-    _check_events_belong(system, events)
-    leaves = event_leaves(system)
-    ctxs = leaf_contexts_with_inputs(system, context)
-    by_leaf = _split(events, len(leaves), _leaf_index(system))
+    leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     recorded: dict[int, Any] = {}
     for li, sub in by_leaf.items():
         values = leaves[li].do_publish(ctxs[li], sub)
@@ -122,10 +121,7 @@ def dispatch_publish(system: System, context: Context, events: EventCollection) 
 
 def dispatch_discrete(system: System, context: Context, events: EventCollection) -> DiscreteValues:
     """New discrete state (all groups, in context order) after the discrete-update events."""
-    _check_events_belong(system, events)
-    leaves = event_leaves(system)
-    ctxs = leaf_contexts_with_inputs(system, context)
-    by_leaf = _split(events, len(leaves), _leaf_index(system))
+    leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     leaf_ctxs = list(context._leaf_contexts())
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state.discrete_state
@@ -137,10 +133,7 @@ def dispatch_discrete(system: System, context: Context, events: EventCollection)
 
 def dispatch_unrestricted(system: System, context: Context, events: EventCollection) -> State:
     """New whole state (context order) after the unrestricted-update events."""
-    _check_events_belong(system, events)
-    leaves = event_leaves(system)
-    ctxs = leaf_contexts_with_inputs(system, context)
-    by_leaf = _split(events, len(leaves), _leaf_index(system))
+    leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     leaf_ctxs = list(context._leaf_contexts())
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state
