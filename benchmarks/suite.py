@@ -5,6 +5,7 @@ with ratios measured side by side in one process (medians of several runs).
     python benchmarks/suite.py            # default sizes
     python benchmarks/suite.py --full     # adds the 8192-pendulum batch
     python benchmarks/suite.py --write    # also writes benchmarks/RESULTS.md
+    python benchmarks/suite.py --only S2b,S8-300   # some cases
 """
 
 from __future__ import annotations
@@ -420,23 +421,26 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated case keys, e.g. S2b,S8-300")
     args = ap.parse_args()
     cases = [
-        case_rk3,
-        case_dopri,
-        case_fixed_rk4_saved,
-        case_grad,
-        case_sampled_pid,
-        case_bouncing_ball,
-        lambda: case_batch(1),
-        lambda: case_batch(64),
-        lambda: case_batch(1024),
-        lambda: case_chain(10),
-        lambda: case_chain(100),
-        lambda: case_chain(300),
+        ("S2a", case_rk3),
+        ("S2b", case_dopri),
+        ("S2c", case_fixed_rk4_saved),
+        ("S7", case_grad),
+        ("S5", case_sampled_pid),
+        ("S4", case_bouncing_ball),
+        ("S6-1", lambda: case_batch(1)),
+        ("S6-64", lambda: case_batch(64)),
+        ("S6-1024", lambda: case_batch(1024)),
+        ("S8-10", lambda: case_chain(10)),
+        ("S8-100", lambda: case_chain(100)),
+        ("S8-300", lambda: case_chain(300)),
     ]
     if args.full:
-        cases.append(lambda: case_batch(8192))
+        cases.append(("S6-8192", lambda: case_batch(8192)))
+    if args.only:
+        cases = [c for c in cases if c[0] in args.only.split(",")]
     lines = [
         f"Machine: {platform.machine()}, {jax.device_count()} x {jax.devices()[0].platform}, "
         f"jax {jax.__version__}, diffrax {getattr(diffrax, '__version__', 'not installed')}; "
@@ -446,7 +450,7 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     print(lines[0])
-    for case in cases:
+    for _, case in cases:
         title, rows = case()
         base = rows[0][2]
         for name, comp, run in rows:
@@ -455,6 +459,7 @@ def main() -> None:
             print(line, flush=True)
     if args.write:
         write_block("table: written by benchmarks/suite.py --write", lines)
+
 
 if __name__ == "__main__":
     main()

@@ -321,3 +321,64 @@ def test_checkpointed_loop_gives_the_same_values_and_gradients():
     np.testing.assert_allclose(tangent, jax.grad(final)(0.7, "bounded"), rtol=1e-12)
     with pytest.raises(js.JaxsysError, match="loop must be 'bounded' or 'checkpointed'"):
         final(0.7, "unrolled")
+
+
+class _SampledFeedback(js.LeafSystem):
+    """x' = -d + sin(t), with d <- x sampled every 0.05 s: the dynamics change at every update."""
+
+    def __init__(self):
+        super().__init__("sampled_feedback")
+        self.declare_continuous_state(1)
+        self.declare_discrete_state(1)
+        self.declare_periodic_discrete_update_event(0.05, 0.0, self.sample)
+
+    def sample(self, context, discrete_state):
+        return context.get_continuous_state_vector()
+
+    def do_calc_time_derivatives(self, context):
+        return -context.get_discrete_state(0) + jnp.sin(context.get_time())
+
+
+class _WatchedOscillator(js.LeafSystem):
+    """q'' = -q with a publish-only witness at q = 0.3: the step is cut at the crossing, no update."""
+
+    def __init__(self):
+        super().__init__("watched")
+        self.declare_continuous_state(1, 1, 0)
+        self.declare_witness_function(
+            "q=0.3",
+            "positive_then_non_positive",
+            lambda c: c.get_continuous_state_vector()[0] - 0.3,
+            js.PublishEvent(lambda c: c.get_time(), name="crossing"),
+        )
+
+    def do_calc_time_derivatives(self, context):
+        q, v = context.get_continuous_state_vector()
+        return jnp.stack([v, -q])
+
+
+@pytest.mark.parametrize("cls", [js.RungeKutta5Integrator, js.BogackiShampine3Integrator])
+def test_first_same_as_last_is_refreshed_after_events(cls):
+    # Reusing the end-point derivative must not survive a discrete update (new dynamics) or an impact
+    # (new state): with fsal the run must equal Drake's evaluate-every-stage run to the last bit.
+    from jaxsys.examples import BouncingBall
+
+    s = _SampledFeedback()
+    ctx = s.create_default_context().with_continuous_state(jnp.array([1.0]))
+    ball = BouncingBall()
+    bctx = ball.create_default_context()
+    w = _WatchedOscillator()
+    wctx = w.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+    for system, context, t_final in ((s, ctx, 1.0), (ball, bctx, 4.0), (w, wctx, 3.0)):
+        integ = cls(max_step_size=0.1, target_accuracy=1e-8)
+        a = js.simulate(system, context, t_final, integ)
+        b = js.simulate(system, context, t_final, integ.with_options(fsal=False))
+        np.testing.assert_array_equal(a.context.get_continuous_state_vector(), b.context.get_continuous_state_vector())
+        assert int(a.stats.num_steps_taken) == int(b.stats.num_steps_taken)
+        # every attempt saves one evaluation, but every event that changed the state or the
+        # dynamics costs one fresh first stage
+        saved = int(b.stats.num_derivative_evaluations) - int(a.stats.num_derivative_evaluations)
+        assert 0 < saved < int(b.stats.num_step_attempts)
+    # the sampled system's updates (20 of them, incl. t=0) each forced a fresh first stage
+    a = js.simulate(s, ctx, 1.0, js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8))
+    assert int(a.stats.num_derivative_evaluations) == 6 * int(a.stats.num_step_attempts) + 20

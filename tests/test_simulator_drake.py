@@ -38,7 +38,8 @@ def test_s1_semi_explicit_euler_spring_mass(drake):
 def test_s2_error_controlled_pendulum_reproduces_drakes_steps(drake, case, variant, cls):
     run = next(r for r in drake(case)["runs"] if r["variant"] == variant)
     settings = run["integrator_settings"]
-    integrator = cls(max_step_size=settings["max_step_size"], target_accuracy=settings["target_accuracy"])
+    # fsal=False evaluates every stage of every attempt, as Drake does (its counts below).
+    integrator = cls(max_step_size=settings["max_step_size"], target_accuracy=settings["target_accuracy"], fsal=False)
     p, ctx = pendulum_context()
     r = js.simulate(p, ctx, 10.0, integrator)
     ds, ours = run["integrator_stats"], r.stats.as_dict()
@@ -55,6 +56,18 @@ def test_s2_error_controlled_pendulum_reproduces_drakes_steps(drake, case, varia
     for key in ("actual_initial_step_size_taken", "smallest_adapted_step_size_taken", "largest_step_size_taken"):
         np.testing.assert_allclose(ours[key], ds[key], rtol=1e-7)
     np.testing.assert_allclose(r.context.get_continuous_state_vector(), run["final_state"], rtol=0, atol=1e-11)
+    # The default (first same as last, for BS3 and Dormand-Prince) reuses the end-point derivative:
+    # the same steps and the same result to the last bit, one evaluation fewer per attempt.
+    reuse = js.simulate(p, ctx, 10.0, integrator.with_options(fsal=True))
+    mine = reuse.stats.as_dict()
+    fsal = integrator.with_options(fsal=True).uses_fsal()
+    assert fsal == (cls is not js.RungeKutta3Integrator)
+    for key in ours:
+        if key != "num_derivative_evaluations":
+            assert mine[key] == ours[key] or (np.isnan(mine[key]) and np.isnan(ours[key])), key
+    per = cls.num_stages - int(fsal)
+    assert mine["num_derivative_evaluations"] == ours["num_step_attempts"] * per + int(fsal)
+    np.testing.assert_array_equal(reuse.context.get_continuous_state_vector(), r.context.get_continuous_state_vector())
 
 
 def test_s2_accepted_step_times_match(drake):
@@ -78,18 +91,25 @@ def test_s2_accepted_step_times_match(drake):
 def test_s2c_fixed_step(drake, variant, cls):
     run = next(r for r in drake("S2c")["runs"] if r["variant"] == variant)
     p, ctx = pendulum_context()
-    r = js.simulate(p, ctx, 10.0, cls(max_step_size=1e-3, fixed_step_mode=True))
+    integ = cls(max_step_size=1e-3, fixed_step_mode=True)
+    r = js.simulate(p, ctx, 10.0, integ)
     # Drake's extra 3e-16 s step changes the result by far less than 1e-10.
     np.testing.assert_allclose(r.context.get_continuous_state_vector(), run["final_state"], rtol=0, atol=1e-10)
     per_step = run["integrator_stats"]["num_derivative_evaluations"] // run["integrator_stats"]["num_steps_taken"]
-    assert int(r.stats.num_derivative_evaluations) == 10000 * per_step
+    fsal = integ.uses_fsal()  # Dormand-Prince reuses its last stage: one evaluation fewer a step
+    assert int(r.stats.num_derivative_evaluations) == 10000 * (per_step - int(fsal)) + int(fsal)
+    drake_way = js.simulate(p, ctx, 10.0, integ.with_options(fsal=False))
+    assert int(drake_way.stats.num_derivative_evaluations) == 10000 * per_step
+    np.testing.assert_array_equal(
+        drake_way.context.get_continuous_state_vector(), r.context.get_continuous_state_vector()
+    )
 
 
 def test_s3a_van_der_pol(drake):
     d = drake("S3a")
     v = VanDerPol(mu=1.0)
     ctx = v.create_default_context()
-    r = js.simulate(v, ctx, 20.0, js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8))
+    r = js.simulate(v, ctx, 20.0, js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8, fsal=False))
     np.testing.assert_allclose(r.context.get_continuous_state_vector(), d["final_state"], rtol=0, atol=1e-9)
     assert int(r.stats.num_steps_taken) == d["integrator_stats"]["num_steps_taken"]
     assert int(r.stats.num_derivative_evaluations) == d["integrator_stats"]["num_derivative_evaluations"]

@@ -18,6 +18,12 @@ with the stretch factor, and records Drake's statistics.
 | RungeKutta5Integrator | RungeKutta5Integrator | 5 | Dormand-Prince 4th order (5) |
 | ImplicitEulerIntegrator | ImplicitEulerIntegrator | 1 | vs implicit trapezoid (2) |
 | RadauIntegrator | RadauIntegrator<T, 2> | 3 | vs trapezoid on the Radau end point (3) |
+
+Difference from Drake, by choice: Bogacki-Shampine and Dormand-Prince reuse the derivative at the end
+of an accepted step as the first stage of the next ("first same as last"), which Drake re-evaluates.
+The steps and results are identical; ``num_derivative_evaluations`` is one lower per attempt (plus
+one at the start and one after each event that changes the state or the dynamics). Pass
+``fsal=False`` to count as Drake does.
 """
 
 from __future__ import annotations
@@ -59,6 +65,11 @@ class IntegratorBase(eqx.Module):
       None = all ones.
     - `max_steps`: bound on step attempts in one ``simulate`` call (jaxsys-specific; exceeding it is
       an error, never a silent stop).
+    - `fsal`: for methods whose last stage is the derivative at the step's end point (Dormand-Prince,
+      Bogacki-Shampine: "first same as last"), reuse it as the next step's first stage, saving one
+      derivative evaluation per step attempt. Steps and results are those of Drake (which
+      re-evaluates it); only ``num_derivative_evaluations`` differs. ``fsal=False`` evaluates as Drake
+      does (jaxsys-specific; ignored by other methods).
     """
 
     max_step_size: float = eqx.field(static=True, default=0.1)
@@ -71,6 +82,7 @@ class IntegratorBase(eqx.Module):
     qbar_weight: tuple[float, ...] | None = eqx.field(static=True, default=None)
     z_weight: tuple[float, ...] | None = eqx.field(static=True, default=None)
     max_steps: int = eqx.field(static=True, default=1_000_000)
+    fsal: bool = eqx.field(static=True, default=True)
 
     name: ClassVar[str] = "integrator"
     order: ClassVar[int] = 1
@@ -138,8 +150,21 @@ class IntegratorBase(eqx.Module):
         """One step of size ``h`` from (t, x): returns (x_new, error estimate vector, ok)."""
 
     def num_evaluations(self) -> int:
-        """Derivative evaluations in one attempted step."""
+        """Derivative evaluations in one attempted step (without first-same-as-last reuse)."""
         return self.num_stages
+
+    def uses_fsal(self) -> bool:
+        """Whether steps reuse the end-point derivative of the previous step ("first same as last"):
+        the method has the property and the ``fsal`` option is on."""
+        return False
+
+    def attempt_step_fsal(
+        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array, t_end: Array
+    ) -> tuple[Array, Array, Array, Array]:
+        """One step whose first stage ``k_first = f(t, x)`` is known; the last stage is evaluated at
+        ``t_end`` (the step's end time as the loop records it) and returned for the next step:
+        (x_new, error estimate vector, ok, f(t_end, x_new)). Only for :meth:`uses_fsal` methods."""
+        raise NotImplementedError(f"{type(self).__name__} has no first-same-as-last stage.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,15 +177,40 @@ class _ExplicitRK(IntegratorBase):
     b_err: ClassVar[tuple[float, ...] | None] = None  # x_err = h * sum (b - b_hat) k
 
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
+        x_new, err, ok, _ = self._stages(f, t, x, h, aux, None, None)
+        return x_new, err, ok
+
+    def uses_fsal(self) -> bool:
+        """True for a tableau whose last row of A is b (and c = 1), when the ``fsal`` option is on."""
+        s = len(self.c)
+        return (
+            self.fsal and s > 1 and self.c[-1] == 1.0 and self.b[-1] == 0.0 and tuple(self.A[-1]) == tuple(self.b[:-1])
+        )
+
+    def attempt_step_fsal(
+        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array, t_end: Array
+    ) -> tuple[Array, Array, Array, Array]:
+        return self._stages(f, t, x, h, aux, k_first, t_end)
+
+    def _stages(
+        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array | None
+    ) -> tuple[Array, Array, Array, Array]:
+        """The Runge-Kutta stages; with ``k_first`` the first stage is given and the last is
+        evaluated at ``t_end`` (first same as last). Returns (x_new, err, ok, last stage)."""
         if aux is not None and aux.get("rolled", False) and len(self.c) > 1:
-            return self._attempt_rolled(f, t, x, h)
+            return self._stages_rolled(f, t, x, h, k_first, t_end)
+        s = len(self.c)
         ks: list[Array] = []
         for i, ci in enumerate(self.c):
+            if i == 0 and k_first is not None:
+                ks.append(k_first)
+                continue
             xi = x
             for j, aij in enumerate(self.A[i]):
                 if aij != 0.0:
                     xi = xi + (h * aij) * ks[j]
-            ks.append(f(t + ci * h, xi))
+            ti = t_end if (k_first is not None and i == s - 1) else t + ci * h
+            ks.append(f(ti, xi))
         x_new = x
         for bi, ki in zip(self.b, ks):
             if bi != 0.0:
@@ -170,9 +220,11 @@ class _ExplicitRK(IntegratorBase):
             for ei, ki in zip(self.b_err, ks):
                 if ei != 0.0:
                     err = err + (h * ei) * ki
-        return x_new, err, jnp.array(True)
+        return x_new, err, jnp.array(True), ks[-1]
 
-    def _attempt_rolled(self, f: VectorField, t: Array, x: Array, h: Array) -> tuple[Array, Array, Array]:
+    def _stages_rolled(
+        self, f: VectorField, t: Array, x: Array, h: Array, k_first: Array | None, t_end: Array | None
+    ) -> tuple[Array, Array, Array, Array]:
         """The same step with the stages in a loop: one traced copy of ``f`` (for large diagrams,
         where compile time, not the loop overhead, dominates)."""
         s = len(self.c)
@@ -180,16 +232,22 @@ class _ExplicitRK(IntegratorBase):
         for i, row in enumerate(self.A):
             A[i, : len(row)] = row
         A_ = jnp.asarray(A, x.dtype)
-        c_ = jnp.asarray(self.c, x.dtype)
+        times = t + jnp.asarray(self.c, x.dtype) * h
+        if k_first is not None:
+            times = times.at[s - 1].set(t_end)
 
         def stage(i: Array, K: Array) -> Array:
             xi = x + h * (A_[i] @ K)
-            return K.at[i].set(f(t + c_[i] * h, xi))
+            return K.at[i].set(f(times[i], xi))
 
-        K = jax.lax.fori_loop(0, s, stage, jnp.zeros((s,) + x.shape, x.dtype))
+        K0 = jnp.zeros((s,) + x.shape, x.dtype)
+        if k_first is not None:
+            K = jax.lax.fori_loop(1, s, stage, K0.at[0].set(k_first))
+        else:
+            K = jax.lax.fori_loop(0, s, stage, K0)
         x_new = x + h * (jnp.asarray(self.b, x.dtype) @ K)
         err = jnp.zeros_like(x) if self.b_err is None else h * (jnp.asarray(self.b_err, x.dtype) @ K)
-        return x_new, err, jnp.array(True)
+        return x_new, err, jnp.array(True), K[s - 1]
 
 
 class ExplicitEulerIntegrator(_ExplicitRK):
@@ -231,7 +289,9 @@ class RungeKutta3Integrator(_ExplicitRK):
 
 
 class BogackiShampine3Integrator(_ExplicitRK):
-    """Bogacki-Shampine 3(2), 4 evaluations an attempted step (Drake's ``BogackiShampine3Integrator``)."""
+    """Bogacki-Shampine 3(2) (Drake's ``BogackiShampine3Integrator``): 4 stages, of which the last is
+    the first of the next step (3 evaluations an attempt with ``fsal=True``, the default; Drake's 4
+    with ``fsal=False``)."""
 
     name: ClassVar[str] = "bogacki_shampine3"
     order: ClassVar[int] = 3
@@ -259,7 +319,9 @@ _DP_BHAT = (5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2
 
 
 class RungeKutta5Integrator(_ExplicitRK):
-    """Dormand-Prince 5(4), 7 evaluations an attempted step (Drake's ``RungeKutta5Integrator``)."""
+    """Dormand-Prince 5(4) (Drake's ``RungeKutta5Integrator``): 7 stages, of which the last is the
+    first of the next step (6 evaluations an attempt with ``fsal=True``, the default; Drake's 7 with
+    ``fsal=False``). Same steps and results either way."""
 
     name: ClassVar[str] = "runge_kutta5"
     order: ClassVar[int] = 5

@@ -458,6 +458,8 @@ def _simulate_scan(
     n_save = int(ts.shape[0])
     program = events[0] if events is not None else None
     updates_at_start = events[5] if events is not None else True
+    # first same as last (without events): the carry holds the derivative at the current state
+    fsal = integrator.uses_fsal() and not program
 
     meter, token = aux["progress"]
 
@@ -476,6 +478,9 @@ def _simulate_scan(
         else:
             t_next = jnp.where(n + 1 == n_steps, t_final, t0 + (n + 1).astype(dtype) * h)
             hn = t_next - t
+        if fsal:
+            x_new, _, _, k_end = integrator.attempt_step_fsal(f, t, x, hn, aux, evc, t_next)
+            return (x_new, k_end)
         if not program:
             return (integrator.attempt_step(f, t, x, hn, aux)[0], evc)
         rest, k_ev, logs, counts = evc
@@ -505,7 +510,7 @@ def _simulate_scan(
             return carry
         return jax.lax.scan(lambda c, n: (step(c, n), None), carry, start + jnp.arange(length, dtype=jnp.int32))[0]
 
-    carry0 = (x0, (events[3], events[1], events[2], events[4]) if program else ())
+    carry0 = (x0, (events[3], events[1], events[2], events[4]) if program else (f(t0, x0) if fsal else ()))
     idx = save_idx if save_idx is not None else np.zeros(0, np.int64)
     m = int(idx[0]) if idx.size else 0
     if n_save == 0:
@@ -544,7 +549,7 @@ def _simulate_scan(
     stats = _statistics(
         steps=n,
         attempts=n,
-        evals=n * integrator.num_evaluations(),
+        evals=n * (integrator.num_evaluations() - int(fsal)) + int(fsal and n_steps > 0),
         shrink_err=jnp.zeros((), jnp.int32),
         substep_fail=jnp.zeros((), jnp.int32),
         smallest=jnp.full((), jnp.nan, dtype),
@@ -608,7 +613,7 @@ def _adjust_step(
 
 # Packed loop counters (one int vector and one float vector keep the loop carry small: every
 # carried array costs time in the bounded while loop).
-_I_STEPS, _I_ATTEMPTS, _I_SHRINK, _I_FAIL, _I_STATUS, _I_ATMIN = range(6)
+_I_STEPS, _I_ATTEMPTS, _I_SHRINK, _I_FAIL, _I_STATUS, _I_ATMIN, _I_KEVALS = range(7)
 _F_SMALLEST, _F_LARGEST, _F_INITIAL, _F_PREVIOUS, _F_HTRY, _F_HIDEAL = range(6)
 
 
@@ -645,14 +650,25 @@ def _simulate_while(
     # events: (discrete/abstract state, periodic counters, publish logs, step open?, [publishes,
     # discrete updates, unrestricted updates])
     evc = (events[3], events[1], events[2], jnp.array(False), events[4], program.no_witness_flags()) if program else ()
+    # First same as last: the derivative at the current (t, x), and whether it is still valid (events
+    # that change the state or the dynamics invalidate it). Without events it is always valid.
+    fsal = integrator.uses_fsal()
+    ic0 = jnp.zeros(7, i32)
+    if fsal and program:
+        fk = (jnp.zeros_like(x0), jnp.array(False))
+    elif fsal:
+        fk = (f(t0, x0), jnp.array(True))
+        ic0 = ic0.at[_I_KEVALS].set(1)
+    else:
+        fk = ()
     init = (
         t0,
         x0,
-        jnp.zeros(6, i32),
+        ic0,
         jnp.asarray([nan, 0.0, nan, nan, h0, h0], dtype),
         save,
         seg,
-        evc,
+        (evc, fk),
     )
 
     def next_save(save: Any) -> Array:
@@ -671,8 +687,9 @@ def _simulate_while(
     meter, token = aux["progress"]
 
     def body(c: Any) -> Any:
-        t, x, ic, fs, save, seg, evc = c
+        t, x, ic, fs, save, seg, (evc, fk) = c
         meter.update(token, t, ic[_I_ATTEMPTS])
+        k_evals = jnp.zeros((), i32)
         boundary = jnp.minimum(next_save(save), t_final)
         if program:
             # start of a Drake step (once per step, not per attempt): unrestricted then discrete updates
@@ -720,10 +737,19 @@ def _simulate_while(
         if x0.shape[0] == 0:
             h = h_max  # no continuous state: time goes straight to the next boundary
             limited = jnp.array(True)
-        h = jnp.maximum(h, 0.0)
-        x_new, err, ok = integrator.attempt_step(f_cur, t, x, h, aux_cur)
+        h = jax.lax.optimization_barrier(jnp.maximum(h, 0.0))
         reaches_boundary = h >= h_max
         t_new = jnp.where(reaches_boundary, boundary, t + h)
+        if fsal:
+            k1, k_valid = fk
+            if program:
+                # updates at the start of this step change the state or the dynamics
+                k_valid = k_valid & (n_u + n_d == 0)
+                k1 = jax.lax.cond(k_valid, lambda: k1, lambda: f_cur(t, x))
+                k_evals = (~k_valid).astype(i32)
+            x_new, err, ok, k_end = integrator.attempt_step_fsal(f_cur, t, x, h, aux_cur, k1, t_new)
+        else:
+            x_new, err, ok = integrator.attempt_step(f_cur, t, x, h, aux_cur)
         if fixed:
             accept = jnp.all(jnp.isfinite(x_new)) & ok
             status = jnp.where(accept, ic[_I_STATUS], STATUS_NONFINITE)
@@ -780,6 +806,7 @@ def _simulate_while(
                 ic[_I_FAIL] + fail,
                 status.astype(i32),
                 at_min.astype(i32),
+                ic[_I_KEVALS] + k_evals,
             ]
         )
         smallest = fs[_F_SMALLEST]
@@ -812,7 +839,11 @@ def _simulate_while(
             counts = counts + jnp.stack([n_p, n_d, n_u])
             w_pending = jnp.where(accept, w_now, w_pending)  # their updates start the next step
             evc = (rest, k_ev, logs, ~accept, counts, w_pending)
-        return (t_acc, x_acc, ic, fs, save, seg, evc)
+        if fsal:
+            # the end-point derivative starts the next step; a rejected step keeps the start's;
+            # a step cut short at a witness crossing has neither
+            fk = (jnp.where(accept, k_end, k1), ~(accept & isolated))
+        return (t_acc, x_acc, ic, fs, save, seg, (evc, fk))
 
     if loop == "checkpointed":
         out = eqxi.while_loop(
@@ -820,12 +851,12 @@ def _simulate_while(
         )
     else:
         out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
-    t, x, ic, fs, save, _, evc = out
+    t, x, ic, fs, save, _, (evc, _) = out
     status = jnp.where(unfinished(out), STATUS_MAX_STEPS, ic[_I_STATUS]).astype(i32)
     stats = _statistics(
         steps=ic[_I_STEPS],
         attempts=ic[_I_ATTEMPTS],
-        evals=ic[_I_ATTEMPTS] * integrator.num_evaluations(),
+        evals=ic[_I_ATTEMPTS] * (integrator.num_evaluations() - int(fsal)) + ic[_I_KEVALS],
         shrink_err=ic[_I_SHRINK],
         substep_fail=ic[_I_FAIL],
         smallest=fs[_F_SMALLEST],
