@@ -333,7 +333,7 @@ def simulate(
         "num_v": cs.num_v,
         "v_to_qdot": lambda t, x, v: system._map_raw(ctx_at(t, x), v, "v_to_qdot"),
         # Large diagrams: evaluate RK stages in a loop so the dynamics are traced and compiled once.
-        "rolled": len(context._leaf_contexts()) > ROLLED_STAGES_MIN_LEAVES,
+        "rolled": context._num_leaves() > ROLLED_STAGES_MIN_LEAVES,
     }
 
     progress = progress_meter if progress_meter is not None else NoProgressMeter()

@@ -297,7 +297,13 @@ class SystemOutput:
 def _strip_ids(tree: Any) -> Any:
     """Rebuild every id-bearing module in ``tree`` with ``system_id = INVALID_SYSTEM_ID``."""
     if is_id_bearer(tree):
-        changes = {f.name: _strip_ids(getattr(tree, f.name)) for f in dataclasses.fields(tree) if f.name != "system_id"}
+        changes = {
+            f.name: _strip_ids(getattr(tree, f.name))
+            for f in dataclasses.fields(tree)
+            if f.name not in ("system_id", "packing")
+        }
+        if any(f.name == "packing" for f in dataclasses.fields(tree)):
+            changes["packing"] = tuple(tuple((i, INVALID_SYSTEM_ID) for i, _ in m) for m in tree.packing)
         return dataclasses.replace(tree, system_id=INVALID_SYSTEM_ID, **changes)
     if isinstance(tree, tuple):
         return tuple(_strip_ids(t) for t in tree)
@@ -724,6 +730,12 @@ class LeafContext(Context):
     def _leaf_contexts(self) -> list[LeafContext]:
         return [self]
 
+    def _num_leaves(self) -> int:
+        return 1
+
+    def _leaf_context_at(self, li: int) -> LeafContext:
+        return self
+
     def _with_leaf_contexts(self, leaves: Sequence[LeafContext]) -> Context:
         (leaf,) = leaves
         return leaf
@@ -752,21 +764,137 @@ class LeafContext(Context):
         )
 
 
+def with_system_id(tree: Any, system_id: int) -> Any:
+    """Rebuild every id-bearing object in ``tree`` with ``system_id`` (static, no computation)."""
+    if is_id_bearer(tree):
+        changes = {
+            f.name: with_system_id(getattr(tree, f.name), system_id)
+            for f in dataclasses.fields(tree)
+            if f.name not in ("system_id", "packing")
+        }
+        return dataclasses.replace(tree, system_id=system_id, **changes)
+    if isinstance(tree, tuple):
+        return tuple(with_system_id(t, system_id) for t in tree)
+    return tree
+
+
+def _take_member(tree: Any, m: int) -> Any:
+    return jax.tree_util.tree_map(lambda a: a[m], tree)
+
+
+def _pack_signature(leaf: LeafContext) -> Any:
+    """Structure, shapes and dtypes of a leaf context (ids ignored), or None if it cannot be stacked."""
+    vals, treedef = jax.tree_util.tree_flatten(with_system_id(leaf, INVALID_SYSTEM_ID))
+    out = []
+    for v in vals:
+        if not isinstance(v, (jax.Array, np.ndarray)):
+            return None
+        out.append((tuple(v.shape), str(v.dtype)))
+    return (treedef, tuple(out))
+
+
 @_pytree_dataclass
 class DiagramContext(Context):
     """The context of a Diagram: one subcontext per subsystem (Drake's ``DiagramContext``).
 
     **Fields:**
     - `time`: scalar array, seconds (kept equal to every subcontext's time).
-    - `subcontexts`: one context per subsystem, in the order they were added.
+    - `loose`: the subcontexts stored one by one, in the order the subsystems were added (``None``
+      where a subcontext is stored in a pack).
+    - `packs`: contexts of identical leaf subsystems (a chain of 300 lags, a bank of filters) stored
+      stacked along a leading axis: a diagram of N copies holds a few arrays, not N times as many
+      (JAX's per-array cost at every ``jit`` call grows with the number of arrays).
     - `inputs`: values fixed on the diagram's own (exported) input ports, or ``None``.
     - `system_id`: id of the Diagram (static).
+    - `packing`: for each pack, ``(subsystem index, member system id)`` of its members (static).
+
+    The storage is invisible to users: :attr:`subcontexts` and every accessor return ordinary
+    per-subsystem contexts.
     """
 
     time: Array
-    subcontexts: tuple[Context, ...]
+    loose: tuple[Context | None, ...]
+    packs: tuple[LeafContext, ...]
     inputs: tuple[Any, ...]
     system_id: int = _static(INVALID_SYSTEM_ID)
+    packing: tuple[tuple[tuple[int, int], ...], ...] = _static(())
+
+    @staticmethod
+    def make(
+        time: Any,
+        subcontexts: Sequence[Context],
+        inputs: tuple[Any, ...],
+        system_id: int,
+        plan: Sequence[Sequence[int]] = (),
+    ) -> DiagramContext:
+        """Build a DiagramContext from its subcontexts, stacking those of each ``plan`` entry (indices
+        of identical leaf subsystems) whose contexts have the same structure, shapes and dtypes."""
+        subs = list(subcontexts)
+        loose: list[Context | None] = list(subs)
+        packs: list[LeafContext] = []
+        packing: list[tuple[tuple[int, int], ...]] = []
+        for idxs in plan:
+            by_sig: dict[Any, list[int]] = {}
+            for i in idxs:
+                sub = subs[i]
+                if isinstance(sub, LeafContext):
+                    sig = _pack_signature(sub)
+                    if sig is not None:
+                        by_sig.setdefault(sig, []).append(i)
+            for members in by_sig.values():
+                if len(members) < 2:
+                    continue
+                first = subs[members[0]].system_id
+                packs.append(
+                    jax.tree_util.tree_map(
+                        lambda *xs: jnp.stack(xs), *[with_system_id(subs[i], first) for i in members]
+                    )
+                )
+                packing.append(tuple((i, subs[i].system_id) for i in members))
+                for i in members:
+                    loose[i] = None
+        return DiagramContext(time, tuple(loose), tuple(packs), inputs, system_id, tuple(packing))
+
+    def _plan(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(i for i, _ in members) for members in self.packing)
+
+    def _where(self) -> dict[int, tuple[int, int]]:
+        """subsystem index -> (pack, member) for packed subcontexts."""
+        return {i: (p, m) for p, members in enumerate(self.packing) for m, (i, _) in enumerate(members)}
+
+    def _subcontext(self, i: int) -> Context:
+        """Subcontext ``i`` (a slice of its pack if it is packed)."""
+        sub = self.loose[i]
+        if sub is not None:
+            return sub
+        p, m = self._where()[i]
+        return with_system_id(_take_member(self.packs[p], m), self.packing[p][m][1])
+
+    @property
+    def subcontexts(self) -> tuple[Context, ...]:
+        """One context per subsystem, in the order they were added."""
+        return tuple(self._subcontext(i) for i in range(len(self.loose)))
+
+    def with_subcontext(self, i: int, sub: Context) -> DiagramContext:
+        """A copy with subcontext ``i`` replaced (no checks; see ``Diagram.set_subsystem_context``)."""
+        where = self._where()
+        if i in where:
+            p, m = where[i]
+            pack = self.packs[p]
+            if _pack_signature(sub) == _pack_signature(_take_member(pack, m)):
+                new = jax.tree_util.tree_map(
+                    lambda a, v: a.at[m].set(v), pack, with_system_id(sub, self.packing[p][0][1])
+                )
+                packing = list(self.packing)
+                packing[p] = tuple((j, sub.system_id if j == i else sid) for j, sid in self.packing[p])
+                packs = self.packs[:p] + (new,) + self.packs[p + 1 :]
+                return dataclasses.replace(self, packs=packs, packing=tuple(packing))
+        subs = list(self.subcontexts)
+        subs[i] = sub
+        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self._plan())
+
+    def _num_leaves(self) -> int:
+        return sum(len(m) for m in self.packing) + sum(s._num_leaves() for s in self.loose if s is not None)
 
     def _leaf_contexts(self) -> list[LeafContext]:
         out: list[LeafContext] = []
@@ -774,24 +902,147 @@ class DiagramContext(Context):
             out.extend(sub._leaf_contexts())
         return out
 
+    def _leaf_context_at(self, li: int) -> LeafContext:
+        for i in range(len(self.loose)):
+            sub = self.loose[i]
+            n = 1 if sub is None else sub._num_leaves()
+            if li < n:
+                return self._subcontext(i)._leaf_context_at(li)  # type: ignore[return-value]
+            li -= n
+        raise IndexError(li)
+
     def _with_leaf_contexts(self, leaves: Sequence[LeafContext]) -> DiagramContext:
         leaves = list(leaves)
         subs = []
         pos = 0
-        for sub in self.subcontexts:
-            n = len(sub._leaf_contexts())
-            subs.append(sub._with_leaf_contexts(leaves[pos : pos + n]))
-            pos += n
-        return DiagramContext(self.time, tuple(subs), self.inputs, self.system_id)
+        for sub in self.loose:
+            if sub is None:
+                subs.append(leaves[pos])
+                pos += 1
+            else:
+                n = sub._num_leaves()
+                subs.append(sub._with_leaf_contexts(leaves[pos : pos + n]))
+                pos += n
+        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self._plan())
 
     def num_subcontexts(self) -> int:
         """Number of subsystem contexts."""
-        return len(self.subcontexts)
+        return len(self.loose)
 
     def with_time(self, t: Any) -> DiagramContext:
         """A copy at time ``t`` in this context and every subcontext (Drake: ``SetTime``)."""
         t = jnp.asarray(t, dtype=self.time.dtype)
-        return DiagramContext(t, tuple(s.with_time(t) for s in self.subcontexts), self.inputs, self.system_id)
+        loose = tuple(None if s is None else s.with_time(t) for s in self.loose)
+        packs = tuple(
+            dataclasses.replace(p, time=jnp.broadcast_to(t, (len(m),))) for p, m in zip(self.packs, self.packing)
+        )
+        return DiagramContext(t, loose, packs, self.inputs, self.system_id, self.packing)
+
+    # --- continuous state in storage blocks (a loose leaf, or a whole pack) -----------------------
+    def _cont_blocks(self, first_leaf: int = 0) -> tuple[list[tuple[Array, list[int], tuple[int, int, int]]], int]:
+        """Blocks of continuous state in storage order: (x of shape (members, n), leaf positions of
+        the members, (num_q, num_v, num_z) per member); and the number of leaves."""
+        where = self._where()
+        blocks: list[tuple[Array, list[int], tuple[int, int, int]]] = []
+        pack_pos: dict[int, list[int]] = {}
+        li = first_leaf
+        for i, sub in enumerate(self.loose):
+            if sub is None:
+                pack_pos.setdefault(where[i][0], []).append(li)
+                li += 1
+            elif isinstance(sub, DiagramContext):
+                inner, li = sub._cont_blocks(li)
+                blocks.extend(inner)
+            else:
+                cs = sub.state.continuous_state
+                blocks.append((cs.x[None], [li], (cs.num_q, cs.num_v, cs.num_z)))
+                li += 1
+        for p, pack in enumerate(self.packs):
+            cs = pack.state.continuous_state
+            blocks.append((cs.x, pack_pos[p], (cs.num_q, cs.num_v, cs.num_z)))
+        return blocks, li
+
+    def num_continuous_states(self) -> int:
+        """Total number of continuous states (Drake: ``num_continuous_states``)."""
+        return sum(int(np.prod(np.shape(x))) for x, _, _ in self._cont_blocks()[0])
+
+    def get_continuous_state(self) -> ContinuousState:
+        """The continuous state, Drake's [q, v, z] ordering (Drake: ``get_continuous_state``)."""
+        blocks, _ = self._cont_blocks()
+        perm, nq, nv, nz = _cont_layout(blocks)
+        pieces = [x.reshape(-1) for x, _, _ in blocks if np.size(x)]
+        if not pieces:
+            x = jnp.zeros((0,), self.time.dtype)
+        else:
+            x = pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces)
+            if not np.array_equal(perm, np.arange(perm.size)):
+                x = x[perm]
+        return ContinuousState(x, nq, nv, nz, self.system_id)
+
+    def with_continuous_state(self, x: Any) -> DiagramContext:
+        """A copy with continuous state ``x`` (a vector or ContinuousState; Drake: ``SetContinuousState``)."""
+        if isinstance(x, ContinuousState):
+            x = x.x
+        blocks, _ = self._cont_blocks()
+        perm, nq, nv, nz = _cont_layout(blocks)
+        n = perm.size
+        shape = tuple(getattr(x, "shape", np.shape(x)))
+        if shape != (n,):
+            raise StateError(
+                f"The continuous state of System {describe_system_id(self.system_id)} has size {n} "
+                f"(num_q={nq}, num_v={nv}, num_z={nz}); the value given has shape {shape}."
+            )
+        x = jnp.asarray(x)
+        if not np.array_equal(perm, np.arange(n)):
+            x = x[np.argsort(perm)]
+        xs, off = [], 0
+        for xb, _, _ in blocks:
+            k = int(np.size(xb))
+            xs.append(x[off : off + k].reshape(np.shape(xb)) if k else xb)
+            off += k
+        return self._with_cont_blocks(xs)
+
+    def _with_cont_blocks(self, xs: list[Array]) -> DiagramContext:
+        """Inverse of :meth:`_cont_blocks`: new x per block, same order; consumes ``xs``."""
+        loose: list[Context | None] = []
+        for sub in self.loose:
+            if sub is None:
+                loose.append(None)
+            elif isinstance(sub, DiagramContext):
+                loose.append(sub._with_cont_blocks(xs))
+            else:
+                x = xs.pop(0)
+                cs = sub.state.continuous_state
+                loose.append(sub._replace_state(continuous_state=dataclasses.replace(cs, x=x[0].astype(cs.x.dtype))))
+        packs = []
+        for pack in self.packs:
+            x = xs.pop(0)
+            cs = pack.state.continuous_state
+            packs.append(pack._replace_state(continuous_state=dataclasses.replace(cs, x=x.astype(cs.x.dtype))))
+        return DiagramContext(self.time, tuple(loose), tuple(packs), self.inputs, self.system_id, self.packing)
+
+
+def _cont_layout(blocks: list[tuple[Array, list[int], tuple[int, int, int]]]) -> tuple[np.ndarray, int, int, int]:
+    """Static permutation from storage order (blocks flattened) to Drake's [q..., v..., z...] order."""
+    per_leaf: dict[int, tuple[int, tuple[int, int, int]]] = {}
+    off = 0
+    for x, leaves, sizes in blocks:
+        n = int(np.shape(x)[1]) if np.ndim(x) == 2 else 0
+        for m, li in enumerate(leaves):
+            per_leaf[li] = (off + m * n, sizes)
+        off += len(leaves) * n
+    order = sorted(per_leaf)
+    perm: list[int] = []
+    for part in range(3):
+        for li in order:
+            start, (nq, nv, nz) = per_leaf[li]
+            lo = (0, nq, nq + nv)[part]
+            size = (nq, nv, nz)[part]
+            perm.extend(range(start + lo, start + lo + size))
+    nq = sum(per_leaf[li][1][0] for li in order)
+    nv = sum(per_leaf[li][1][1] for li in order)
+    nz = sum(per_leaf[li][1][2] for li in order)
+    return np.asarray(perm, dtype=np.int64), nq, nv, nz
 
 
 def ravel_context(context: Context) -> tuple[Array, Any]:

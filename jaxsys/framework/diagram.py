@@ -74,6 +74,30 @@ class _LeafContexts:
         return self.ev.base_leaf_context(li)
 
 
+def _packs_by_leaves(context: Context) -> dict[tuple[int, ...], LeafContext]:
+    """The packs of ``context`` (and of nested diagram contexts), keyed by their members' leaf indices."""
+    out: dict[tuple[int, ...], LeafContext] = {}
+
+    def walk(ctx: Context, first: int) -> int:
+        if not isinstance(ctx, DiagramContext):
+            return first + 1
+        where = ctx._where()
+        members: dict[int, list[int]] = {}
+        li = first
+        for i, sub in enumerate(ctx.loose):
+            if sub is None:
+                members.setdefault(where[i][0], []).append(li)
+                li += 1
+            else:
+                li = walk(sub, li)
+        for p, pack in enumerate(ctx.packs):
+            out[tuple(members[p])] = pack
+        return li
+
+    walk(context, 0)
+    return out
+
+
 class _Evaluator:
     """Memoized evaluation of leaf outputs of one Diagram at one context."""
 
@@ -86,7 +110,7 @@ class _Evaluator:
         self.x = x  # when given: the continuous state (diagram ordering) overriding the context's
         self.prepared = prepared  # stacked group contexts computed before a loop (or None)
         self._leaf_ctx_cache: dict[int, LeafContext] = {}
-        self._base_leaf_contexts = context._leaf_contexts()
+        self._stored: dict[int, LeafContext] = {}  # leaf contexts as stored, taken when first needed
         self.leaves = [diagram._system_at(p) for p in self.flat.leaf_paths]
         self.memo: dict[tuple[int, int], Any] = {}
         self.active: set[tuple[int, int]] = set()
@@ -97,12 +121,18 @@ class _Evaluator:
     def leaf_contexts(self) -> _LeafContexts:
         return _LeafContexts(self)
 
+    def stored_leaf_context(self, li: int) -> LeafContext:
+        """Leaf ``li``'s context as stored in the diagram context (a slice, if it is packed)."""
+        if li not in self._stored:
+            self._stored[li] = self.context._leaf_context_at(li)
+        return self._stored[li]
+
     def base_leaf_context(self, li: int) -> LeafContext:
         """Leaf ``li``'s context (inputs as stored), with its continuous state taken from ``x``."""
         if self.x is None:
-            return self._base_leaf_contexts[li]
+            return self.stored_leaf_context(li)
         if li not in self._leaf_ctx_cache:
-            leaf_ctx = self._base_leaf_contexts[li]
+            leaf_ctx = self.stored_leaf_context(li)
             pos = self.diagram._state_positions()[li]
             if pos.size:
                 leaf_ctx = leaf_ctx._replace_state(
@@ -117,7 +147,7 @@ class _Evaluator:
     def context_at(self, path: Path) -> Context:
         ctx: Context = self.context
         for i in path:
-            ctx = ctx.subcontexts[i]  # type: ignore[attr-defined]
+            ctx = ctx._subcontext(i)  # type: ignore[attr-defined]
         return ctx
 
     def source_value(self, src: tuple[Any, ...]) -> Any:
@@ -177,13 +207,19 @@ class _Evaluator:
         captures a few stacked arrays instead of every leaf's context.
         """
         out = {}
+        packs = _packs_by_leaves(self.context)
         for g, members in enumerate(self.groups):
             rep = self.leaves[members[0]]
             sid = rep.get_system_id()
             n_in = rep.num_input_ports()
-            ctxs = stack(
-                [with_system_id(self._base_leaf_contexts[li]._with_inputs((None,) * n_in), sid) for li in members]
-            )
+            pack = packs.get(tuple(members))
+            if pack is not None:
+                # the group's contexts are stored stacked already: no per-member slicing and stacking
+                ctxs = with_system_id(pack._with_inputs((None,) * n_in), sid)
+            else:
+                ctxs = stack(
+                    [with_system_id(self.stored_leaf_context(li)._with_inputs((None,) * n_in), sid) for li in members]
+                )
             # array fields of the members (usually none): stacked leaves on the representative's structure
             dyn = [jax.tree_util.tree_leaves(eqx.filter(self.leaves[li], eqx.is_array)) for li in members]
             out[g] = ([jnp.stack(xs) for xs in zip(*dyn)], ctxs)
@@ -431,12 +467,21 @@ class Diagram(System):
 
     # ===== System primitives =======================================================================
     def _allocate_context(self, dtype: Any) -> DiagramContext:
-        return DiagramContext(
+        return DiagramContext.make(
             jnp.zeros((), dtype),
             tuple(s._allocate_context(dtype) for s in self.subsystems),
             (None,) * self.num_input_ports(),
             self.get_system_id(),
+            self._pack_plan(),
         )
+
+    def _pack_plan(self) -> tuple[tuple[int, ...], ...]:
+        """Indices of identical leaf subsystems whose contexts are stored stacked (cached)."""
+        if getattr(self._spec, "pack_plan", None) is None:
+            idx = [i for i, s in enumerate(self.subsystems) if isinstance(s, LeafSystem)]
+            groups = find_groups([self.subsystems[i] for i in idx])
+            self._spec.pack_plan = tuple(tuple(idx[j] for j in g) for g in groups)
+        return self._spec.pack_plan
 
     def _eval_input_raw(self, context: Context, index: int) -> Any:
         value = context.inputs[index]
@@ -718,9 +763,8 @@ class Diagram(System):
 
         def replace(ctx: DiagramContext, rest: Path) -> DiagramContext:
             i = rest[0]
-            subs = list(ctx.subcontexts)
-            subs[i] = subcontext if len(rest) == 1 else replace(subs[i], rest[1:])  # type: ignore[arg-type]
-            return dataclasses.replace(ctx, subcontexts=tuple(subs))
+            sub = subcontext if len(rest) == 1 else replace(ctx._subcontext(i), rest[1:])  # type: ignore[arg-type]
+            return ctx.with_subcontext(i, sub)
 
         return replace(context, path)  # type: ignore[arg-type]
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .context import is_id_bearer
+from .context import with_system_id  # noqa: F401  (re-exported for diagram.py)
 from .ports import abstract_signature
 
 
@@ -97,20 +97,6 @@ def find_groups(leaves: list[Any]) -> list[list[int]]:
             continue
         by_sig.setdefault(sig, []).append(i)
     return [g for g in by_sig.values() if len(g) >= MIN_GROUP_SIZE]
-
-
-def with_system_id(tree: Any, system_id: int) -> Any:
-    """Rebuild every id-bearing module in ``tree`` with ``system_id`` (static, no computation)."""
-    if is_id_bearer(tree):
-        changes = {
-            f.name: with_system_id(getattr(tree, f.name), system_id)
-            for f in dataclasses.fields(tree)
-            if f.name != "system_id"
-        }
-        return dataclasses.replace(tree, system_id=system_id, **changes)
-    if isinstance(tree, tuple):
-        return tuple(with_system_id(t, system_id) for t in tree)
-    return tree
 
 
 def stack(trees: list[Any]) -> Any:
