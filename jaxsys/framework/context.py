@@ -300,10 +300,10 @@ def _strip_ids(tree: Any) -> Any:
         changes = {
             f.name: _strip_ids(getattr(tree, f.name))
             for f in dataclasses.fields(tree)
-            if f.name not in ("system_id", "packing")
+            if f.name not in ("system_id", "layout")
         }
-        if any(f.name == "packing" for f in dataclasses.fields(tree)):
-            changes["packing"] = tuple(tuple((i, INVALID_SYSTEM_ID) for i, _ in m) for m in tree.packing)
+        if isinstance(getattr(tree, "layout", None), PackLayout):
+            changes["layout"] = tree.layout.with_member_ids(lambda p, m, sid: INVALID_SYSTEM_ID)
         return dataclasses.replace(tree, system_id=INVALID_SYSTEM_ID, **changes)
     if isinstance(tree, tuple):
         return tuple(_strip_ids(t) for t in tree)
@@ -764,13 +764,53 @@ class LeafContext(Context):
         )
 
 
+class PackLayout:
+    """Where each subcontext of a DiagramContext is stored (static pytree metadata).
+
+    ``slots[i]`` is ``(-1, j)`` for the j-th loose subcontext or ``(p, m)`` for member m of pack p;
+    ``members[p]`` lists ``(subsystem index, member system id)``. JAX hashes and compares this at
+    every jitted call, so the hash is computed once and identical layouts compare by identity first.
+    """
+
+    __slots__ = ("slots", "members", "_hash")
+
+    def __init__(self, slots: tuple[tuple[int, int], ...], members: tuple[tuple[tuple[int, int], ...], ...]):
+        self.slots = slots
+        self.members = members
+        self._hash = hash((slots, members))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (
+            type(other) is PackLayout
+            and self._hash == other._hash
+            and self.slots == other.slots
+            and self.members == other.members
+        )
+
+    def __repr__(self) -> str:
+        return f"PackLayout({len(self.slots)} subcontexts, packs of {[len(m) for m in self.members]})"
+
+    def plan(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(i for i, _ in m) for m in self.members)
+
+    def with_member_ids(self, ids: Any) -> PackLayout:
+        """A copy with member ids replaced (``ids(p, m, old) -> new``)."""
+        members = tuple(
+            tuple((i, ids(p, m, sid)) for m, (i, sid) in enumerate(mm)) for p, mm in enumerate(self.members)
+        )
+        return PackLayout(self.slots, members)
+
+
 def with_system_id(tree: Any, system_id: int) -> Any:
     """Rebuild every id-bearing object in ``tree`` with ``system_id`` (static, no computation)."""
     if is_id_bearer(tree):
         changes = {
             f.name: with_system_id(getattr(tree, f.name), system_id)
             for f in dataclasses.fields(tree)
-            if f.name not in ("system_id", "packing")
+            if f.name not in ("system_id", "layout")
         }
         return dataclasses.replace(tree, system_id=system_id, **changes)
     if isinstance(tree, tuple):
@@ -799,25 +839,24 @@ class DiagramContext(Context):
 
     **Fields:**
     - `time`: scalar array, seconds (kept equal to every subcontext's time).
-    - `loose`: the subcontexts stored one by one, in the order the subsystems were added (``None``
-      where a subcontext is stored in a pack).
+    - `loose`: the subcontexts stored one by one, in subsystem order.
     - `packs`: contexts of identical leaf subsystems (a chain of 300 lags, a bank of filters) stored
       stacked along a leading axis: a diagram of N copies holds a few arrays, not N times as many
       (JAX's per-array cost at every ``jit`` call grows with the number of arrays).
     - `inputs`: values fixed on the diagram's own (exported) input ports, or ``None``.
     - `system_id`: id of the Diagram (static).
-    - `packing`: for each pack, ``(subsystem index, member system id)`` of its members (static).
+    - `layout`: a :class:`PackLayout`: where each subcontext is stored (static).
 
     The storage is invisible to users: :attr:`subcontexts` and every accessor return ordinary
     per-subsystem contexts.
     """
 
     time: Array
-    loose: tuple[Context | None, ...]
+    loose: tuple[Context, ...]
     packs: tuple[LeafContext, ...]
     inputs: tuple[Any, ...]
     system_id: int = _static(INVALID_SYSTEM_ID)
-    packing: tuple[tuple[tuple[int, int], ...], ...] = _static(())
+    layout: PackLayout = _static(PackLayout((), ()))
 
     @staticmethod
     def make(
@@ -830,9 +869,9 @@ class DiagramContext(Context):
         """Build a DiagramContext from its subcontexts, stacking those of each ``plan`` entry (indices
         of identical leaf subsystems) whose contexts have the same structure, shapes and dtypes."""
         subs = list(subcontexts)
-        loose: list[Context | None] = list(subs)
+        slot: dict[int, tuple[int, int]] = {}
         packs: list[LeafContext] = []
-        packing: list[tuple[tuple[int, int], ...]] = []
+        members_all: list[tuple[tuple[int, int], ...]] = []
         for idxs in plan:
             by_sig: dict[Any, list[int]] = {}
             for i in idxs:
@@ -845,56 +884,64 @@ class DiagramContext(Context):
                 if len(members) < 2:
                     continue
                 first = subs[members[0]].system_id
+                p = len(packs)
                 packs.append(
                     jax.tree_util.tree_map(
                         lambda *xs: jnp.stack(xs), *[with_system_id(subs[i], first) for i in members]
                     )
                 )
-                packing.append(tuple((i, subs[i].system_id) for i in members))
-                for i in members:
-                    loose[i] = None
-        return DiagramContext(time, tuple(loose), tuple(packs), inputs, system_id, tuple(packing))
+                members_all.append(tuple((i, subs[i].system_id) for i in members))
+                for m, i in enumerate(members):
+                    slot[i] = (p, m)
+        loose = []
+        slots = []
+        for i, sub in enumerate(subs):
+            if i in slot:
+                slots.append(slot[i])
+            else:
+                slots.append((-1, len(loose)))
+                loose.append(sub)
+        layout = PackLayout(tuple(slots), tuple(members_all))
+        return DiagramContext(time, tuple(loose), tuple(packs), inputs, system_id, layout)
 
-    def _plan(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(i for i, _ in members) for members in self.packing)
-
-    def _where(self) -> dict[int, tuple[int, int]]:
-        """subsystem index -> (pack, member) for packed subcontexts."""
-        return {i: (p, m) for p, members in enumerate(self.packing) for m, (i, _) in enumerate(members)}
+    @property
+    def packing(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """For each pack: ``(subsystem index, member system id)`` of its members."""
+        return self.layout.members
 
     def _subcontext(self, i: int) -> Context:
         """Subcontext ``i`` (a slice of its pack if it is packed)."""
-        sub = self.loose[i]
-        if sub is not None:
-            return sub
-        p, m = self._where()[i]
-        return with_system_id(_take_member(self.packs[p], m), self.packing[p][m][1])
+        p, m = self.layout.slots[i]
+        if p < 0:
+            return self.loose[m]
+        return with_system_id(_take_member(self.packs[p], m), self.layout.members[p][m][1])
 
     @property
     def subcontexts(self) -> tuple[Context, ...]:
         """One context per subsystem, in the order they were added."""
-        return tuple(self._subcontext(i) for i in range(len(self.loose)))
+        return tuple(self._subcontext(i) for i in range(len(self.layout.slots)))
 
     def with_subcontext(self, i: int, sub: Context) -> DiagramContext:
         """A copy with subcontext ``i`` replaced (no checks; see ``Diagram.set_subsystem_context``)."""
-        where = self._where()
-        if i in where:
-            p, m = where[i]
-            pack = self.packs[p]
-            if _pack_signature(sub) == _pack_signature(_take_member(pack, m)):
-                new = jax.tree_util.tree_map(
-                    lambda a, v: a.at[m].set(v), pack, with_system_id(sub, self.packing[p][0][1])
-                )
-                packing = list(self.packing)
-                packing[p] = tuple((j, sub.system_id if j == i else sid) for j, sid in self.packing[p])
-                packs = self.packs[:p] + (new,) + self.packs[p + 1 :]
-                return dataclasses.replace(self, packs=packs, packing=tuple(packing))
+        p, m = self.layout.slots[i]
+        if p < 0:
+            loose = self.loose[:m] + (sub,) + self.loose[m + 1 :]
+            return dataclasses.replace(self, loose=loose)
+        pack = self.packs[p]
+        if _pack_signature(sub) == _pack_signature(_take_member(pack, m)):
+            first = self.layout.members[p][0][1]
+            new = jax.tree_util.tree_map(lambda a, v: a.at[m].set(v), pack, with_system_id(sub, first))
+            layout = self.layout
+            if sub.system_id != layout.members[p][m][1]:
+                layout = layout.with_member_ids(lambda q, k, sid: sub.system_id if (q, k) == (p, m) else sid)
+            packs = self.packs[:p] + (new,) + self.packs[p + 1 :]
+            return dataclasses.replace(self, packs=packs, layout=layout)
         subs = list(self.subcontexts)
         subs[i] = sub
-        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self._plan())
+        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan())
 
     def _num_leaves(self) -> int:
-        return sum(len(m) for m in self.packing) + sum(s._num_leaves() for s in self.loose if s is not None)
+        return sum(len(m) for m in self.layout.members) + sum(s._num_leaves() for s in self.loose)
 
     def _leaf_contexts(self) -> list[LeafContext]:
         out: list[LeafContext] = []
@@ -903,11 +950,10 @@ class DiagramContext(Context):
         return out
 
     def _leaf_context_at(self, li: int) -> LeafContext:
-        for i in range(len(self.loose)):
-            sub = self.loose[i]
-            n = 1 if sub is None else sub._num_leaves()
+        for i, (p, m) in enumerate(self.layout.slots):
+            n = 1 if p >= 0 else self.loose[m]._num_leaves()
             if li < n:
-                return self._subcontext(i)._leaf_context_at(li)  # type: ignore[return-value]
+                return self._subcontext(i)._leaf_context_at(li)
             li -= n
         raise IndexError(li)
 
@@ -915,42 +961,44 @@ class DiagramContext(Context):
         leaves = list(leaves)
         subs = []
         pos = 0
-        for sub in self.loose:
-            if sub is None:
+        for p, m in self.layout.slots:
+            if p >= 0:
                 subs.append(leaves[pos])
                 pos += 1
             else:
-                n = sub._num_leaves()
-                subs.append(sub._with_leaf_contexts(leaves[pos : pos + n]))
+                n = self.loose[m]._num_leaves()
+                subs.append(self.loose[m]._with_leaf_contexts(leaves[pos : pos + n]))
                 pos += n
-        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self._plan())
+        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan())
 
     def num_subcontexts(self) -> int:
         """Number of subsystem contexts."""
-        return len(self.loose)
+        return len(self.layout.slots)
 
     def with_time(self, t: Any) -> DiagramContext:
         """A copy at time ``t`` in this context and every subcontext (Drake: ``SetTime``)."""
         t = jnp.asarray(t, dtype=self.time.dtype)
-        loose = tuple(None if s is None else s.with_time(t) for s in self.loose)
+        loose = tuple(s.with_time(t) for s in self.loose)
         packs = tuple(
-            dataclasses.replace(p, time=jnp.broadcast_to(t, (len(m),))) for p, m in zip(self.packs, self.packing)
+            dataclasses.replace(p, time=jnp.broadcast_to(t, (len(m),))) for p, m in zip(self.packs, self.layout.members)
         )
-        return DiagramContext(t, loose, packs, self.inputs, self.system_id, self.packing)
+        return DiagramContext(t, loose, packs, self.inputs, self.system_id, self.layout)
 
     # --- continuous state in storage blocks (a loose leaf, or a whole pack) -----------------------
     def _cont_blocks(self, first_leaf: int = 0) -> tuple[list[tuple[Array, list[int], tuple[int, int, int]]], int]:
-        """Blocks of continuous state in storage order: (x of shape (members, n), leaf positions of
-        the members, (num_q, num_v, num_z) per member); and the number of leaves."""
-        where = self._where()
+        """Blocks of continuous state in storage order (loose subcontexts, then packs): (x of shape
+        (members, n), leaf positions of the members, (num_q, num_v, num_z) per member); and the
+        position after the last leaf."""
         blocks: list[tuple[Array, list[int], tuple[int, int, int]]] = []
         pack_pos: dict[int, list[int]] = {}
         li = first_leaf
-        for i, sub in enumerate(self.loose):
-            if sub is None:
-                pack_pos.setdefault(where[i][0], []).append(li)
+        for p, m in self.layout.slots:
+            if p >= 0:
+                pack_pos.setdefault(p, []).append(li)
                 li += 1
-            elif isinstance(sub, DiagramContext):
+                continue
+            sub = self.loose[m]
+            if isinstance(sub, DiagramContext):
                 inner, li = sub._cont_blocks(li)
                 blocks.extend(inner)
             else:
@@ -1004,11 +1052,9 @@ class DiagramContext(Context):
 
     def _with_cont_blocks(self, xs: list[Array]) -> DiagramContext:
         """Inverse of :meth:`_cont_blocks`: new x per block, same order; consumes ``xs``."""
-        loose: list[Context | None] = []
+        loose: list[Context] = []
         for sub in self.loose:
-            if sub is None:
-                loose.append(None)
-            elif isinstance(sub, DiagramContext):
+            if isinstance(sub, DiagramContext):
                 loose.append(sub._with_cont_blocks(xs))
             else:
                 x = xs.pop(0)
@@ -1019,7 +1065,7 @@ class DiagramContext(Context):
             x = xs.pop(0)
             cs = pack.state.continuous_state
             packs.append(pack._replace_state(continuous_state=dataclasses.replace(cs, x=x.astype(cs.x.dtype))))
-        return DiagramContext(self.time, tuple(loose), tuple(packs), self.inputs, self.system_id, self.packing)
+        return DiagramContext(self.time, tuple(loose), tuple(packs), self.inputs, self.system_id, self.layout)
 
 
 def _cont_layout(blocks: list[tuple[Array, list[int], tuple[int, int, int]]]) -> tuple[np.ndarray, int, int, int]:

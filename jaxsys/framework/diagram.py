@@ -81,15 +81,14 @@ def _packs_by_leaves(context: Context) -> dict[tuple[int, ...], LeafContext]:
     def walk(ctx: Context, first: int) -> int:
         if not isinstance(ctx, DiagramContext):
             return first + 1
-        where = ctx._where()
         members: dict[int, list[int]] = {}
         li = first
-        for i, sub in enumerate(ctx.loose):
-            if sub is None:
-                members.setdefault(where[i][0], []).append(li)
+        for p, m in ctx.layout.slots:
+            if p >= 0:
+                members.setdefault(p, []).append(li)
                 li += 1
             else:
-                li = walk(sub, li)
+                li = walk(ctx.loose[m], li)
         for p, pack in enumerate(ctx.packs):
             out[tuple(members[p])] = pack
         return li
