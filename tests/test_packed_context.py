@@ -194,7 +194,8 @@ def test_nested_diagrams_with_packs_and_batches():
     ctx = ctx.with_continuous_state(x0)
     for k, bank_sys in enumerate((left, right)):
         for i, s in enumerate(bank_sys.subsystems):
-            np.testing.assert_array_equal(d.get_subsystem_context(ctx, s).get_continuous_state_vector(), [4 * k + i + 1, 0])
+            got = d.get_subsystem_context(ctx, s).get_continuous_state_vector()
+            np.testing.assert_array_equal(got, [4 * k + i + 1, 0])
     integ = js.RungeKutta4Integrator(max_step_size=1e-2)
     r = js.simulate(d, ctx, 1.0, integ)
     # each spring: q'' = -q - 0.2 q', the same for all, so the final state scales with q0
