@@ -199,8 +199,12 @@ def test_nested_diagrams_with_packs_and_batches():
     integ = js.RungeKutta4Integrator(max_step_size=1e-2)
     r = js.simulate(d, ctx, 1.0, integ)
     # each spring: q'' = -q - 0.2 q', the same for all, so the final state scales with q0
-    one = js.simulate(left.subsystems[0], left.subsystems[0].create_default_context().with_continuous_state(
-        jnp.array([1.0, 0.0])), 1.0, integ).context.get_continuous_state_vector()
+    one = js.simulate(
+        left.subsystems[0],
+        left.subsystems[0].create_default_context().with_continuous_state(jnp.array([1.0, 0.0])),
+        1.0,
+        integ,
+    ).context.get_continuous_state_vector()
     x = r.context.get_continuous_state_vector()
     np.testing.assert_allclose(x[:8], one[0] * jnp.arange(1.0, 9.0), rtol=1e-12)
     np.testing.assert_allclose(x[8:], one[1] * jnp.arange(1.0, 9.0), rtol=1e-12)
