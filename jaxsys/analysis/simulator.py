@@ -614,7 +614,7 @@ def _adjust_step(
 # Packed loop counters (one int vector and one float vector keep the loop carry small: every
 # carried array costs time in the bounded while loop).
 _I_STEPS, _I_ATTEMPTS, _I_SHRINK, _I_FAIL, _I_STATUS, _I_ATMIN, _I_KEVALS = range(7)
-_F_SMALLEST, _F_LARGEST, _F_INITIAL, _F_PREVIOUS, _F_HTRY, _F_HIDEAL = range(6)
+_F_SMALLEST, _F_LARGEST, _F_INITIAL, _F_PREVIOUS, _F_HTRY, _F_HIDEAL, _F_T = range(7)
 
 
 def _simulate_while(
@@ -661,11 +661,13 @@ def _simulate_while(
         ic0 = ic0.at[_I_KEVALS].set(1)
     else:
         fk = ()
+    # time travels in the step-size vector: one kernel a step attempt fewer (vectors of at most 8
+    # scalars are built by one fused kernel on CPU; longer ones are not)
     init = (
-        t0,
+        (),
         x0,
         ic0,
-        jnp.asarray([nan, 0.0, nan, nan, h0, h0], dtype),
+        jnp.stack([jnp.asarray(v, dtype) for v in (nan, 0.0, nan, nan, h0, h0)] + [t0]),
         save,
         seg,
         (evc, fk),
@@ -678,7 +680,8 @@ def _simulate_while(
         return jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], jnp.inf)
 
     def unfinished(c: Any) -> Array:
-        t, _, ic, _, save, _, _ = c
+        _, _, ic, fs, save, _, _ = c
+        t = fs[_F_T]
         more = t < t_final
         if n_save:
             more = more | (save[0] < n_save)
@@ -687,7 +690,8 @@ def _simulate_while(
     meter, token = aux["progress"]
 
     def body(c: Any) -> Any:
-        t, x, ic, fs, save, seg, (evc, fk) = c
+        _, x, ic, fs, save, seg, (evc, fk) = c
+        t = fs[_F_T]
         meter.update(token, t, ic[_I_ATTEMPTS])
         k_evals = jnp.zeros((), i32)
         boundary = jnp.minimum(next_save(save), t_final)
@@ -821,9 +825,10 @@ def _simulate_while(
                 jnp.where(accept, h, fs[_F_PREVIOUS]),
                 jnp.where(accept, h_ideal, h_next),
                 h_ideal,
+                jnp.where(accept, t_new, t),
             ]
         )
-        t_acc = jnp.where(accept, t_new, t)
+        t_acc = fs[_F_T]
         x_acc = jnp.where(accept, x_new, x)
         if n_save:
             k, buf = save
@@ -843,7 +848,7 @@ def _simulate_while(
             # the end-point derivative starts the next step; a rejected step keeps the start's;
             # a step cut short at a witness crossing has neither
             fk = (jnp.where(accept, k_end, k1), ~(accept & isolated))
-        return (t_acc, x_acc, ic, fs, save, seg, (evc, fk))
+        return ((), x_acc, ic, fs, save, seg, (evc, fk))
 
     if loop == "checkpointed":
         out = eqxi.while_loop(
@@ -851,7 +856,8 @@ def _simulate_while(
         )
     else:
         out = eqxi.while_loop(unfinished, body, init, max_steps=integrator.max_steps, kind="bounded")
-    t, x, ic, fs, save, _, (evc, _) = out
+    _, x, ic, fs, save, _, (evc, _) = out
+    t = fs[_F_T]
     status = jnp.where(unfinished(out), STATUS_MAX_STEPS, ic[_I_STATUS]).astype(i32)
     stats = _statistics(
         steps=ic[_I_STEPS],
