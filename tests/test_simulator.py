@@ -382,3 +382,82 @@ def test_first_same_as_last_is_refreshed_after_events(cls):
     # the sampled system's updates (20 of them, incl. t=0) each forced a fresh first stage
     a = js.simulate(s, ctx, 1.0, js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8))
     assert int(a.stats.num_derivative_evaluations) == 6 * int(a.stats.num_step_attempts) + 20
+
+
+def test_dense_output_values_steps_and_order():
+    # q'' = -q, q(0) = 1: q = cos t. Saving at 237 times by interpolation leaves the step sequence
+    # exactly that of a run without saves (stepping to them takes ~1.8x the steps), and the values
+    # are as accurate as those of the steps.
+    s, ctx = oscillator()
+    ts = jnp.linspace(0.05, 10.0, 237)
+    exact = np.cos(np.asarray(ts))
+    for cls, acc, tol in [
+        (js.RungeKutta5Integrator, 1e-10, 1e-9),
+        (js.BogackiShampine3Integrator, 1e-8, 5e-7),
+        (js.RungeKutta3Integrator, 1e-8, 1e-7),
+    ]:
+        integ = cls(max_step_size=0.5, target_accuracy=acc)
+        dense = js.simulate(s, ctx, 10.0, integ, save_at=ts, dense_output=True)
+        plain = js.simulate(s, ctx, 10.0, integ)
+        stepped = js.simulate(s, ctx, 10.0, integ, save_at=ts)
+        assert int(dense.stats.num_steps_taken) == int(plain.stats.num_steps_taken)
+        assert int(stepped.stats.num_steps_taken) > int(plain.stats.num_steps_taken)
+        np.testing.assert_array_equal(
+            dense.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector()
+        )
+        np.testing.assert_allclose(dense.ys[:, 0], exact, rtol=0, atol=tol)
+        np.testing.assert_allclose(dense.ys[:, 1], -np.sin(np.asarray(ts)), rtol=0, atol=tol)
+        # the last save time is t_final itself: exactly the final state
+        np.testing.assert_array_equal(dense.ys[-1], dense.context.get_continuous_state_vector())
+    # Kutta's RK3 has no end-point stage: cubic Hermite output costs one evaluation an attempt
+    integ = js.RungeKutta3Integrator(max_step_size=0.5, target_accuracy=1e-8)
+    r = js.simulate(s, ctx, 10.0, integ, save_at=ts, dense_output=True)
+    assert int(r.stats.num_derivative_evaluations) == 4 * int(r.stats.num_step_attempts)
+    # Order of the output between the steps (fixed steps, saves at 0.37 of each step): Dormand-Prince's
+    # continuous extension keeps the method's 5th order; cubic Hermite gives 4 with RK4, 3 with BS3.
+    for cls, order in [
+        (js.RungeKutta5Integrator, 5),
+        (js.RungeKutta4Integrator, 4),
+        (js.BogackiShampine3Integrator, 3),
+    ]:
+        errs = []
+        for h in (0.1, 0.05, 0.025):
+            tsm = jnp.arange(0.37 * h, 2.0, h)
+            r = js.simulate(s, ctx, 2.0, cls(max_step_size=h, fixed_step_mode=True), save_at=tsm, dense_output=True)
+            errs.append(np.max(np.abs(np.asarray(r.ys[:, 0]) - np.cos(np.asarray(tsm)))))
+        measured = np.log2(errs[-2] / errs[-1])
+        assert measured > order - 0.35, (cls.__name__, errs, measured)
+
+
+def test_dense_output_many_saves_in_one_step_gradients_and_errors():
+    s, ctx = oscillator()
+    # 60 save times inside one 0.5 s step: served 8 per step (steps are cut at every 8th)
+    ts = jnp.linspace(1.0, 1.3, 60)
+    integ = js.RungeKutta5Integrator(max_step_size=0.5, target_accuracy=1e-10)
+    r = js.simulate(s, ctx, 2.0, integ, save_at=ts, dense_output=True)
+    np.testing.assert_allclose(r.ys[:, 0], np.cos(np.asarray(ts)), rtol=0, atol=1e-9)
+
+    # gradient of a loss over interpolated samples w.r.t. the stiffness, against finite differences
+    def loss(k):
+        c = ctx.with_numeric_parameter(0, jnp.stack([1.0, k, 0.0]))
+        ys = js.simulate(s, c, 3.0, integ, save_at=jnp.linspace(0.1, 3.0, 17), dense_output=True).ys
+        return jnp.sum(ys[:, 0] ** 2)
+
+    eps = 1e-6
+    fd = (loss(1.2 + eps) - loss(1.2 - eps)) / (2 * eps)
+    np.testing.assert_allclose(jax.grad(loss)(1.2), fd, rtol=1e-6)
+    np.testing.assert_allclose(jax.jacfwd(loss)(1.2), fd, rtol=1e-6)
+    # vmap: members with different stiffness equal separate runs
+    ks = jnp.array([0.5, 1.0, 2.0])
+    batch = jax.vmap(lambda k: ctx.with_numeric_parameter(0, jnp.stack([1.0, k, 0.0])))(ks)
+    yb = jax.vmap(lambda c: js.simulate(s, c, 2.0, integ, save_at=ts, dense_output=True).ys)(batch)
+    for i, k in enumerate(ks):
+        np.testing.assert_allclose(yb[i, :, 0], np.cos(np.sqrt(float(k)) * np.asarray(ts)), rtol=0, atol=1e-9)
+
+    with pytest.raises(js.JaxsysError, match="continuous extension"):
+        js.simulate(s, ctx, 2.0, js.ImplicitEulerIntegrator(), save_at=ts, dense_output=True)
+    from jaxsys.examples import BouncingBall
+
+    ball = BouncingBall()
+    with pytest.raises(js.JaxsysError, match="events or witness functions"):
+        js.simulate(ball, ball.create_default_context(), 2.0, integ, save_at=ts, dense_output=True)

@@ -166,6 +166,18 @@ class IntegratorBase(eqx.Module):
         (x_new, error estimate vector, ok, f(t_end, x_new)). Only for :meth:`uses_fsal` methods."""
         raise NotImplementedError(f"{type(self).__name__} has no first-same-as-last stage.")
 
+    def supports_dense_output(self) -> bool:
+        """Whether :meth:`attempt_step_dense` gives a continuous extension of the step (explicit
+        Runge-Kutta methods)."""
+        return False
+
+    def attempt_step_dense(
+        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array
+    ) -> tuple[Array, Array, Array, Array, Callable[[Array], Array]]:
+        """A step with its continuous extension: (x_new, error estimate vector, ok, f(t_end, x_new),
+        ``interpolate(theta)`` giving x at t + theta h for theta in [0, 1])."""
+        raise NotImplementedError(f"{type(self).__name__} has no dense output.")
+
 
 # --------------------------------------------------------------------------------------------
 class _ExplicitRK(IntegratorBase):
@@ -192,13 +204,58 @@ class _ExplicitRK(IntegratorBase):
     ) -> tuple[Array, Array, Array, Array]:
         return self._stages(f, t, x, h, aux, k_first, t_end)
 
+    # Dense output: coefficients of a polynomial continuous extension in theta, per stage (rows:
+    # powers theta^1..theta^p); None = cubic Hermite through (x, f(t, x)) and (x_new, f(t + h, x_new)).
+    dense: ClassVar[tuple[tuple[float, ...], ...] | None] = None
+
+    def supports_dense_output(self) -> bool:
+        return True
+
+    def attempt_step_dense(
+        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array
+    ) -> tuple[Array, Array, Array, Array, Callable[[Array], Array]]:
+        x_new, err, ok, K = self._stages(f, t, x, h, aux, k_first, t_end, all_stages=True)
+        s = len(self.c)
+        if self.dense is not None:
+            D = jnp.asarray(self.dense, x.dtype)  # (powers, stages)
+            B = h * (D @ K)  # (powers, n): x(theta) = x + sum_p theta^p B[p-1]
+
+            def interpolate(theta: Array) -> Array:
+                powers = theta ** jnp.arange(1, D.shape[0] + 1, dtype=x.dtype)
+                return x + powers @ B
+
+            return x_new, err, ok, K[s - 1], interpolate
+        f0 = K[0]
+        f1 = K[s - 1] if self.uses_fsal() else f(t_end, x_new)
+
+        def hermite(theta: Array) -> Array:
+            t2, t3 = theta * theta, theta * theta * theta
+            return (
+                (2 * t3 - 3 * t2 + 1) * x
+                + (t3 - 2 * t2 + theta) * h * f0
+                + (-2 * t3 + 3 * t2) * x_new
+                + (t3 - t2) * h * f1
+            )
+
+        return x_new, err, ok, f1, hermite
+
     def _stages(
-        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array | None
+        self,
+        f: VectorField,
+        t: Array,
+        x: Array,
+        h: Array,
+        aux: Any,
+        k_first: Array | None,
+        t_end: Array | None,
+        all_stages: bool = False,
     ) -> tuple[Array, Array, Array, Array]:
-        """The Runge-Kutta stages; with ``k_first`` the first stage is given and the last is
-        evaluated at ``t_end`` (first same as last). Returns (x_new, err, ok, last stage)."""
+        """The Runge-Kutta stages; with ``k_first`` the first stage is given, and with ``t_end`` the
+        last is evaluated at ``t_end`` (first same as last). Returns (x_new, err, ok, last stage, or
+        all stages stacked when ``all_stages``)."""
         if aux is not None and aux.get("rolled", False) and len(self.c) > 1:
-            return self._stages_rolled(f, t, x, h, k_first, t_end)
+            out = self._stages_rolled(f, t, x, h, k_first, t_end)
+            return out if all_stages else out[:3] + (out[3][-1],)
         s = len(self.c)
         ks: list[Array] = []
         for i, ci in enumerate(self.c):
@@ -209,7 +266,7 @@ class _ExplicitRK(IntegratorBase):
             for j, aij in enumerate(self.A[i]):
                 if aij != 0.0:
                     xi = xi + (h * aij) * ks[j]
-            ti = t_end if (k_first is not None and i == s - 1) else t + ci * h
+            ti = t_end if (t_end is not None and i == s - 1 and self.uses_fsal()) else t + ci * h
             ks.append(f(ti, xi))
         x_new = x
         for bi, ki in zip(self.b, ks):
@@ -220,7 +277,7 @@ class _ExplicitRK(IntegratorBase):
             for ei, ki in zip(self.b_err, ks):
                 if ei != 0.0:
                     err = err + (h * ei) * ki
-        return x_new, err, jnp.array(True), ks[-1]
+        return x_new, err, jnp.array(True), (jnp.stack(ks) if all_stages else ks[-1])
 
     def _stages_rolled(
         self, f: VectorField, t: Array, x: Array, h: Array, k_first: Array | None, t_end: Array | None
@@ -233,7 +290,7 @@ class _ExplicitRK(IntegratorBase):
             A[i, : len(row)] = row
         A_ = jnp.asarray(A, x.dtype)
         times = t + jnp.asarray(self.c, x.dtype) * h
-        if k_first is not None:
+        if t_end is not None and self.uses_fsal():
             times = times.at[s - 1].set(t_end)
 
         def stage(i: Array, K: Array) -> Array:
@@ -247,7 +304,7 @@ class _ExplicitRK(IntegratorBase):
             K = jax.lax.fori_loop(0, s, stage, K0)
         x_new = x + h * (jnp.asarray(self.b, x.dtype) @ K)
         err = jnp.zeros_like(x) if self.b_err is None else h * (jnp.asarray(self.b_err, x.dtype) @ K)
-        return x_new, err, jnp.array(True), K[s - 1]
+        return x_new, err, jnp.array(True), K
 
 
 class ExplicitEulerIntegrator(_ExplicitRK):
@@ -318,6 +375,41 @@ _DP_B = (35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84, 0.0)
 _DP_BHAT = (5179 / 57600, 0.0, 7571 / 16695, 393 / 640, -92097 / 339200, 187 / 2100, 1 / 40)
 
 
+def _dopri_dense() -> tuple[tuple[float, ...], ...]:
+    """Dormand-Prince's fourth-order continuous extension (Hairer, Norsett & Wanner, Solving ODEs I,
+    sec. II.6), written as x(theta) = x + h sum_p theta^p sum_i D[p-1][i] k_i.
+
+    Built from the Hermite-like form  y0 + th (r2 + (1 - th)(r3 + th (r4 + (1 - th) r5)))  with
+    r2 = y1 - y0, r3 = h k1 - r2, r4 = r2 - h k7 - r3, r5 = h sum d_i k_i.
+    """
+    d = np.array(
+        [
+            -12715105075 / 11282082432,
+            0.0,
+            87487479700 / 32700410799,
+            -10690763975 / 1880347072,
+            701980252875 / 199316789632,
+            -1453857185 / 822651844,
+            69997945 / 29380423,
+        ]
+    )
+    b = np.array(_DP_B)
+    e1, e7 = np.eye(7)[0], np.eye(7)[6]
+    r2 = b  # (y1 - y0) / h
+    r3 = e1 - r2
+    r4 = r2 - e7 - r3
+    r5 = d
+    # th r2 + th (1-th) r3 + th^2 (1-th) r4 + th^2 (1-th)^2 r5, expanded in powers of th
+    p1 = r2 + r3
+    p2 = -r3 + r4 + r5
+    p3 = -r4 - 2 * r5
+    p4 = r5
+    return tuple(tuple(float(v) for v in row) for row in (p1, p2, p3, p4))
+
+
+_DP_DENSE = _dopri_dense()
+
+
 class RungeKutta5Integrator(_ExplicitRK):
     """Dormand-Prince 5(4) (Drake's ``RungeKutta5Integrator``): 7 stages, of which the last is the
     first of the next step (6 evaluations an attempt with ``fsal=True``, the default; Drake's 7 with
@@ -338,6 +430,7 @@ class RungeKutta5Integrator(_ExplicitRK):
     )
     b: ClassVar = _DP_B
     c: ClassVar = (0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0)
+    dense: ClassVar = _DP_DENSE
     b_err: ClassVar = tuple(a - b for a, b in zip(_DP_B, _DP_BHAT))
 
 

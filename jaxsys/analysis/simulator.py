@@ -46,6 +46,7 @@ from .progress import AbstractProgressMeter, NoProgressMeter
 Array = jax.Array
 
 ROLLED_STAGES_MIN_LEAVES = 16
+DENSE_WINDOW = 8  # with dense output, at most this many save times are served by one step
 STATUS_OK = 0
 STATUS_MAX_STEPS = 1
 STATUS_MIN_STEP = 2
@@ -238,6 +239,7 @@ def simulate(
     witness_iterations: int = 40,
     loop: str = "bounded",
     checkpoints: int | None = None,
+    dense_output: bool = False,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -265,6 +267,11 @@ def simulate(
       for very long horizons whose ``grad`` would not fit in memory; forward-mode ``jvp``/``jacfwd``
       is not available with it). Fixed-step runs with a static step count are a ``lax.scan`` either way.
     - `checkpoints`: for ``loop="checkpointed"`` (default: equinox's, about log(max_steps)).
+    - `dense_output`: record ``save_at`` values from the integrator's continuous extension of each
+      step (Dormand-Prince: its 4th-order interpolant; other explicit Runge-Kutta methods: cubic
+      Hermite) instead of truncating steps to land on them (the default, as Drake's ``AdvanceTo``
+      does). The step sequence then does not depend on the save times. Explicit Runge-Kutta
+      integrators, systems without events.
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -299,9 +306,21 @@ def simulate(
             f"'boundary_time >= context->get_time()' failed)."
         )
 
+    if dense_output and not integrator.supports_dense_output():
+        raise JaxsysError(
+            f"simulate: dense_output=True needs an integrator with a continuous extension (the explicit "
+            f"Runge-Kutta ones); {type(integrator).__name__} has none. Leave dense_output off: save_at "
+            f"times are then reached by stepping to them."
+        )
     if loop not in ("bounded", "checkpointed"):
         raise JaxsysError(f"simulate: loop must be 'bounded' or 'checkpointed'; got {loop!r}.")
     program = EventProgram(system)
+    if dense_output and program:
+        raise JaxsysError(
+            f"simulate: dense_output=True is not available for systems with events or witness functions "
+            f"(System {system.get_system_id_string()} has some): an event changes the state within the step "
+            f"the interpolant spans. Leave dense_output off: save_at times are then reached by stepping."
+        )
     init_values: Any = ()
     events = None
     if program:
@@ -353,7 +372,7 @@ def simulate(
         scan_events = events + (updates_at_start,) if program else None
         raw = _simulate_scan(run, n_fixed, save_idx, exact, scan_events)
     else:
-        raw = _simulate_while(run, fixed, events, witness_iterations, loop, checkpoints)
+        raw = _simulate_while(run, fixed, events, witness_iterations, loop, checkpoints, dense_output)
     progress.close(progress_token, raw.t)
     # Checks are attached to the few arrays a caller uses (final state, recorded values, status),
     # not to the whole context: a diagram's context has arrays for every leaf.
@@ -624,6 +643,7 @@ def _simulate_while(
     witness_iterations: int = 40,
     loop: str = "bounded",
     checkpoints: int | None = None,
+    dense: bool = False,
 ) -> _Raw:
     """Step attempts in an ``equinox.internal.while_loop`` of kind ``loop`` (see the module docstring)."""
     system, context, integrator, f, aux, record, x0, t0, t_final, ts = run
@@ -673,10 +693,16 @@ def _simulate_while(
         (evc, fk),
     )
 
+    # dense output: the saves in (t, t_new] of each step come from the step's interpolant, at most
+    # `window` of them (a step is cut at the window's last save time, so no more fall in one step)
+    window = min(DENSE_WINDOW, n_save) if dense else 0
+    # cubic Hermite output needs f at the end point, which only first-same-as-last methods have
+    hermite_extra = int(dense and getattr(integrator, "dense", None) is None and not fsal)
+
     def next_save(save: Any) -> Array:
         if not n_save:
             return jnp.asarray(jnp.inf, dtype)
-        k = save[0]
+        k = save[0] + (window - 1 if dense else 0)
         return jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], jnp.inf)
 
     def unfinished(c: Any) -> Array:
@@ -751,7 +777,12 @@ def _simulate_while(
                 k_valid = k_valid & (n_u + n_d == 0)
                 k1 = jax.lax.cond(k_valid, lambda: k1, lambda: f_cur(t, x))
                 k_evals = (~k_valid).astype(i32)
-            x_new, err, ok, k_end = integrator.attempt_step_fsal(f_cur, t, x, h, aux_cur, k1, t_new)
+            if dense:
+                x_new, err, ok, k_end, interp = integrator.attempt_step_dense(f_cur, t, x, h, aux_cur, k1, t_new)
+            else:
+                x_new, err, ok, k_end = integrator.attempt_step_fsal(f_cur, t, x, h, aux_cur, k1, t_new)
+        elif dense:
+            x_new, err, ok, _, interp = integrator.attempt_step_dense(f_cur, t, x, h, aux_cur, None, t_new)
         else:
             x_new, err, ok = integrator.attempt_step(f_cur, t, x, h, aux_cur)
         if fixed:
@@ -830,7 +861,24 @@ def _simulate_while(
         )
         t_acc = fs[_F_T]
         x_acc = jnp.where(accept, x_new, x)
-        if n_save:
+        if n_save and dense:
+            k, buf = save
+            idx = k + jnp.arange(window, dtype=i32)
+            tsw = ts[jnp.clip(idx, 0, n_save - 1)]
+            hit = accept & (idx < n_save) & (tsw <= t_new)
+            safe_h = jnp.where(h > 0, h, 1.0)
+            theta = jnp.clip(jnp.where(h > 0, (tsw - t) / safe_h, 1.0), 0.0, 1.0)
+            xs = jax.vmap(interp)(theta)
+            xs = jnp.where((tsw >= t_new)[:, None], x_new, xs)  # the end point itself, exactly
+            vals = jax.vmap(lambda tt, xx: record(make_ctx(tt, xx)))(tsw, xs)
+            dest = jnp.where(hit, idx, n_save)  # out of range: dropped
+
+            def put(b: Array, v: Array) -> Array:
+                return b.at[dest].set(v.astype(b.dtype), mode="drop")
+
+            buf = jax.tree_util.tree_map(put, buf, vals)
+            save = (k + jnp.sum(hit).astype(i32), buf)
+        elif n_save:
             k, buf = save
             hit = accept & reaches_boundary & (k < n_save) & (boundary == next_save(save))
             buf = _write(buf, k, record(make_ctx(t_acc, x_acc)), hit)
@@ -862,7 +910,7 @@ def _simulate_while(
     stats = _statistics(
         steps=ic[_I_STEPS],
         attempts=ic[_I_ATTEMPTS],
-        evals=ic[_I_ATTEMPTS] * (integrator.num_evaluations() - int(fsal)) + ic[_I_KEVALS],
+        evals=ic[_I_ATTEMPTS] * (integrator.num_evaluations() - int(fsal) + hermite_extra) + ic[_I_KEVALS],
         shrink_err=ic[_I_SHRINK],
         substep_fail=ic[_I_FAIL],
         smallest=fs[_F_SMALLEST],
