@@ -232,6 +232,40 @@ def case_dopri_work_precision():
     return "S2b' pendulum Dormand-Prince at equal final error", rows
 
 
+def case_dopri_saved():
+    """Error control with outputs at 100 chosen times: jaxsys stepping to them (Drake's AdvanceTo
+    semantics), jaxsys with dense output, Diffrax with SaveAt(ts) (its interpolation)."""
+    p, ctx = pendulum()
+    ts = jnp.linspace(0.1, 10.0, 100)
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8)
+    stepping = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts).ys)
+    dense = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts, dense_output=True).ys)
+    rows = [
+        ("jaxsys, stepping to the save times", *timeit(stepping, ctx)),
+        ("jaxsys, dense_output=True", *timeit(dense, ctx)),
+    ]
+    if diffrax is not None:
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
+        sol = jax.jit(
+            lambda y0: (
+                diffrax.diffeqsolve(
+                    term,
+                    diffrax.Dopri5(),
+                    0.0,
+                    10.0,
+                    0.01,
+                    y0,
+                    args=PARAMS,
+                    saveat=diffrax.SaveAt(ts=ts),
+                    stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+                    max_steps=100_000,
+                ).ys
+            )
+        )
+        rows.append(("diffrax Dopri5 rtol=atol=1e-8, SaveAt(ts=...)", *timeit(sol, X0)))
+    return "S2b+ pendulum Dormand-Prince accuracy 1e-8, 100 saved samples", rows
+
+
 def case_rk3():
     return _adaptive_case(
         "S2a pendulum RK3 accuracy 1e-6",
@@ -477,6 +511,7 @@ def main() -> None:
         ("S2a", case_rk3),
         ("S2b", case_dopri),
         ("S2b'", case_dopri_work_precision),
+        ("S2b+", case_dopri_saved),
         ("S2c", case_fixed_rk4_saved),
         ("S7", case_grad),
         ("S5", case_sampled_pid),

@@ -173,9 +173,13 @@ class IntegratorBase(eqx.Module):
 
     def attempt_step_dense(
         self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array
-    ) -> tuple[Array, Array, Array, Array, Callable[[Array], Array]]:
-        """A step with its continuous extension: (x_new, error estimate vector, ok, f(t_end, x_new),
-        ``interpolate(theta)`` giving x at t + theta h for theta in [0, 1])."""
+    ) -> tuple[Array, Array, Array, Array, Array]:
+        """A step with the data of its continuous extension: (x_new, error estimate vector, ok,
+        f(t_end, x_new) for first-same-as-last methods, interpolation data for :meth:`interpolate`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no dense output.")
+
+    def interpolate(self, x: Array, x_new: Array, h: Array, data: Array, theta: Array) -> Array:
+        """x at t + theta h (theta in [0, 1]) from a step's start and end and its interpolation data."""
         raise NotImplementedError(f"{type(self).__name__} has no dense output.")
 
 
@@ -213,31 +217,25 @@ class _ExplicitRK(IntegratorBase):
 
     def attempt_step_dense(
         self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array
-    ) -> tuple[Array, Array, Array, Array, Callable[[Array], Array]]:
+    ) -> tuple[Array, Array, Array, Array, Array]:
         x_new, err, ok, K = self._stages(f, t, x, h, aux, k_first, t_end, all_stages=True)
         s = len(self.c)
         if self.dense is not None:
-            D = jnp.asarray(self.dense, x.dtype)  # (powers, stages)
-            B = h * (D @ K)  # (powers, n): x(theta) = x + sum_p theta^p B[p-1]
-
-            def interpolate(theta: Array) -> Array:
-                powers = theta ** jnp.arange(1, D.shape[0] + 1, dtype=x.dtype)
-                return x + powers @ B
-
-            return x_new, err, ok, K[s - 1], interpolate
-        f0 = K[0]
+            return x_new, err, ok, K[s - 1], K
+        # cubic Hermite: f at both ends (the end one is the last stage of first-same-as-last methods)
         f1 = K[s - 1] if self.uses_fsal() else f(t_end, x_new)
+        return x_new, err, ok, f1, jnp.stack([K[0], f1])
 
-        def hermite(theta: Array) -> Array:
-            t2, t3 = theta * theta, theta * theta * theta
-            return (
-                (2 * t3 - 3 * t2 + 1) * x
-                + (t3 - 2 * t2 + theta) * h * f0
-                + (-2 * t3 + 3 * t2) * x_new
-                + (t3 - t2) * h * f1
-            )
-
-        return x_new, err, ok, f1, hermite
+    def interpolate(self, x: Array, x_new: Array, h: Array, data: Array, theta: Array) -> Array:
+        if self.dense is not None:
+            D = jnp.asarray(self.dense, x.dtype)  # (powers, stages): x + h sum_p theta^p (D @ K)[p-1]
+            powers = theta ** jnp.arange(1, D.shape[0] + 1, dtype=x.dtype)
+            return x + h * ((powers @ D) @ data)
+        f0, f1 = data[0], data[1]
+        t2, t3 = theta * theta, theta * theta * theta
+        return (
+            (2 * t3 - 3 * t2 + 1) * x + (t3 - 2 * t2 + theta) * h * f0 + (-2 * t3 + 3 * t2) * x_new + (t3 - t2) * h * f1
+        )
 
     def _stages(
         self,
