@@ -287,8 +287,11 @@ def test_progress_meter_reports_and_changes_nothing(integrator, capsys):
     plain = js.simulate(s, ctx, 2.0, integrator)
     meter = js.TqdmProgressMeter(refresh_steps=10)
     shown = jax.jit(lambda c: js.simulate(s, c, 2.0, integrator, progress_meter=meter))(ctx)
-    np.testing.assert_array_equal(
-        shown.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector()
+    # the same steps and arithmetic; the two compiled programs may differ in the last bits (XLA
+    # fuses the loop body differently around the callback)
+    assert int(shown.stats.num_step_attempts) == int(plain.stats.num_step_attempts)
+    np.testing.assert_allclose(
+        shown.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector(), rtol=0, atol=1e-13
     )
     jax.effects_barrier()
     err = capsys.readouterr().err
@@ -402,8 +405,9 @@ def test_dense_output_values_steps_and_order():
         stepped = js.simulate(s, ctx, 10.0, integ, save_at=ts)
         assert int(dense.stats.num_steps_taken) == int(plain.stats.num_steps_taken)
         assert int(stepped.stats.num_steps_taken) > int(plain.stats.num_steps_taken)
-        np.testing.assert_array_equal(
-            dense.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector()
+        # same steps; the two compiled programs may round differently in the last bits
+        np.testing.assert_allclose(
+            dense.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector(), rtol=0, atol=1e-11
         )
         np.testing.assert_allclose(dense.ys[:, 0], exact, rtol=0, atol=tol)
         np.testing.assert_allclose(dense.ys[:, 1], -np.sin(np.asarray(ts)), rtol=0, atol=tol)

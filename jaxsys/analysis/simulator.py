@@ -658,7 +658,8 @@ def _while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
 
     @jax.custom_jvp
     def run(c0: Any, bc: Any, cc: Any) -> Any:
-        return eqxi.while_loop(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0, max_steps=max_steps, kind="lax")
+        # (the body's own condition bounds the attempts: no extra step counter)
+        return jax.lax.while_loop(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0)
 
     @run.defjvp
     def run_jvp(primals: Any, tangents: Any) -> Any:
