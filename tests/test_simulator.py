@@ -465,3 +465,21 @@ def test_dense_output_many_saves_in_one_step_gradients_and_errors():
     ball = BouncingBall()
     with pytest.raises(js.JaxsysError, match="events or witness functions"):
         js.simulate(ball, ball.create_default_context(), 2.0, integ, save_at=ts, dense_output=True)
+
+
+def test_steps_stretched_onto_a_boundary_are_not_rejected_by_the_maximum_step():
+    # Save times 0.10005 s apart with max_step_size 0.1: each step is stretched (Drake's stretch
+    # factor 1.01) to land on the save time. The maximum step must cap the next step, not reject the
+    # stretched one (it used to be retried until max_steps). Same in float32, where 0.2 - 0.1 > 0.1.
+    s, ctx = oscillator()
+    ts = 0.10005 * jnp.arange(1, 21)
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-6, max_steps=10_000)
+    r = js.simulate(s, ctx, float(ts[-1]), integ, save_at=ts)
+    np.testing.assert_allclose(r.ys[:, 0], np.cos(np.asarray(ts)), rtol=0, atol=1e-6)
+    assert float(r.stats.largest_step_size_taken) > 0.1  # the stretched steps were taken
+    ctx32 = s.create_default_context(dtype=jnp.float32).with_continuous_state(jnp.array([1.0, 0.0], jnp.float32))
+    ts32 = jnp.linspace(0.1, 5.0, 50, dtype=jnp.float32)
+    for dense in (False, True):
+        r32 = js.simulate(s, ctx32, 5.0, js.RungeKutta5Integrator(target_accuracy=1e-5), save_at=ts32, dense_output=dense)
+        assert r32.ys.dtype == jnp.float32
+        np.testing.assert_allclose(r32.ys[:, 0], np.cos(np.asarray(ts32)), rtol=0, atol=1e-5)

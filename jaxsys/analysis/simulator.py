@@ -618,7 +618,9 @@ def _adjust_step(
     new = jnp.where(shrink, jnp.where(err <= acc, h, jnp.minimum(new, hyst_low * h)), new)
     new = jnp.clip(new, min_shrink * h, max_grow * h)
     new = jnp.maximum(new, integrator.requested_minimum_step_size)
-    new = jnp.minimum(new, integrator.max_step_size)
+    # The maximum step caps the next step, but it must not reject a step that was stretched (by up to
+    # the stretch factor) to land on a boundary: otherwise such a step is retried forever.
+    new = jnp.minimum(new, jnp.maximum(integrator.max_step_size, h))
     new = jnp.maximum(new, working_min)
     hit_min = new == working_min
     violation = hit_min & (new < h) & integrator.throw_on_minimum_step_size_violation & ~early_success
@@ -628,7 +630,7 @@ def _adjust_step(
     new = jnp.where(early_success, h, new)
     success = jnp.where(bad, False, success)
     new = jnp.where(bad, min_shrink * h, new)
-    return success, new, at_min, violation
+    return success, jnp.minimum(new, integrator.max_step_size), at_min, violation
 
 
 # Packed loop counters (one int vector and one float vector keep the loop carry small: every
