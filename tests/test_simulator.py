@@ -480,6 +480,7 @@ def test_steps_stretched_onto_a_boundary_are_not_rejected_by_the_maximum_step():
     ctx32 = s.create_default_context(dtype=jnp.float32).with_continuous_state(jnp.array([1.0, 0.0], jnp.float32))
     ts32 = jnp.linspace(0.1, 5.0, 50, dtype=jnp.float32)
     for dense in (False, True):
-        r32 = js.simulate(s, ctx32, 5.0, js.RungeKutta5Integrator(target_accuracy=1e-5), save_at=ts32, dense_output=dense)
+        integ32 = js.RungeKutta5Integrator(target_accuracy=1e-5)
+        r32 = js.simulate(s, ctx32, 5.0, integ32, save_at=ts32, dense_output=dense)
         assert r32.ys.dtype == jnp.float32
         np.testing.assert_allclose(r32.ys[:, 0], np.cos(np.asarray(ts32)), rtol=0, atol=1e-5)
