@@ -7,16 +7,21 @@ System or Diagram from ``context`` to ``t_final`` inside one compiled loop and r
 * Fixed-step integration whose step count is known when tracing is a ``lax.scan``: exactly
   ``ceil((t_final - t0) / h)`` steps with time computed as ``t0 + n h`` (Drake accumulates time by
   addition and takes 10001 steps of 1e-3 to reach 10 s; jaxsys takes 10000).
-* Error-controlled integration (and fixed steps whose count is only known at run time) is an
-  ``equinox.internal.while_loop(kind="bounded")`` over step *attempts*, bounded by
-  ``integrator.max_steps``. This loop kind supports ``jit``, ``vmap``, ``jvp``/``jacfwd`` and
-  ``grad``/``jacrev`` in the same default configuration. Each attempt follows Drake's
+* Error-controlled integration (and fixed steps whose count is only known at run time) is a while
+  loop over step *attempts*, bounded by ``integrator.max_steps``. Evaluated, it is a plain
+  ``lax.while_loop``; differentiated, ``equinox.internal.while_loop(kind="bounded")`` with the same
+  body (a ``custom_jvp`` chooses): ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad``/``jacrev`` all
+  work in the same default configuration, and evaluation does not pay for the bounded loop's nested
+  scans. Each attempt follows Drake's
   ``IntegratorBase::StepOnceErrorControlledAtMost`` and ``CalcAdjustedStepSize`` (safety 0.9,
   shrink at least to 0.9 h and at most to 0.1 h, grow at most 5x and only by more than 1.2x,
   the 0.95 / 1.001 rules for steps limited by a boundary), with Drake's weighted infinity norm
   of the error estimate.
 * ``save_at`` times are boundaries the integrator steps to exactly (as Drake's ``AdvanceTo`` does);
-  the values recorded there are exact, not interpolated.
+  the values recorded there are exact, not interpolated (or, with ``dense_output=True``,
+  interpolated from the steps, which then do not depend on the save times). Recording happens in an
+  outer loop over the save times, so the stepping loop carries only small arrays (XLA's CPU runtime
+  runs such loop bodies about twice as fast).
 * Problems are never silent: exceeding ``max_steps``, a step below the minimum, or a non-finite
   state sets ``result.status``; with ``throw=True`` (default) an error is raised
   (``equinox.error_if``, so it works inside ``jit``).
@@ -263,7 +268,8 @@ def simulate(
     - `witness_iterations`: bisection steps isolating a witness crossing: the crossing time is
       found to (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step).
     - `loop`: how the variable-length (error-controlled or event-driven) loop is built:
-      ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work) or
+      ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work; evaluated
+      without differentiation it runs as a plain ``lax.while_loop``) or
       ``"checkpointed"`` (reverse mode keeps only ``checkpoints`` saved states, recomputing the rest:
       for very long horizons whose ``grad`` would not fit in memory; forward-mode ``jvp``/``jacfwd``
       is not available with it). Fixed-step runs with a static step count are a ``lax.scan`` either way.
