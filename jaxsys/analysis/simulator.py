@@ -265,8 +265,9 @@ def simulate(
       first step). False after :func:`advance_pending_events` already did them.
     - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
       from their period and the horizon when those are known while tracing).
-    - `witness_iterations`: bisection steps isolating a witness crossing: the crossing time is
-      found to (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step).
+    - `witness_iterations`: precision of witness isolation: the state lands (step size) *
+      2**-witness_iterations past the crossing found by regula falsi on trial steps (default 40:
+      ~1e-12 of the step), or at the first of a few wider margins where the witness has triggered.
     - `loop`: how the variable-length (error-controlled or event-driven) loop is built:
       ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work; evaluated
       without differentiation it runs as a plain ``lax.while_loop``) or
