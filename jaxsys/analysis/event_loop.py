@@ -334,15 +334,17 @@ def isolate_crossing(
     zeros = jnp.zeros((n_w,), h.dtype)
     his = jnp.broadcast_to(h, (n_w,)).astype(h.dtype)
     state0 = (zeros, his, w0.astype(h.dtype), w1.astype(h.dtype), jnp.zeros((n_w,), jnp.int32))
-    lo, hi, _, _, _ = jax.lax.stop_gradient(jax.lax.fori_loop(0, _ILLINOIS_ITERATIONS, illinois, state0))
+    _, hi, _, _, _ = jax.lax.stop_gradient(jax.lax.fori_loop(0, _ILLINOIS_ITERATIONS, illinois, state0))
     # the earliest crossing among the witnesses that triggered over the whole step
     first = jnp.argmin(jnp.where(candidates, hi, jnp.inf))
-    root_lo, root_hi = lo[first], hi[first]
-    # land just past it: the first of a few margins beyond the lower end at which it has triggered
+    root_hi = hi[first]
+    # land just past it: a margin beyond the bracket's triggered end (so that rounding in the landing
+    # step cannot leave the state on the untriggered side), the first of a few widening margins at
+    # which the witness has triggered; the full step (which triggered) if none did
     margins = h * (2.0**-iterations) * (4.0 ** jnp.arange(_LANDING_TRIES, dtype=h.dtype))
-    taus = jnp.minimum(root_lo + margins, root_hi)
+    taus = jnp.minimum(root_hi + margins, h)
     fires = jax.vmap(lambda tau: jnp.any(program.triggered(w0, values_at(tau))))(taus)
-    hi_land = jax.lax.stop_gradient(jnp.where(jnp.any(fires), taus[jnp.argmax(fires)], root_hi))
+    hi_land = jax.lax.stop_gradient(jnp.where(jnp.any(fires), taus[jnp.argmax(fires)], h))
     t_hi = t + hi_land
     x_hi = step_to(hi_land)
     trig = program.triggered(w0, program.witness_values(make_ctx(t_hi, x_hi)))
