@@ -91,3 +91,17 @@ def test_ecs_particles_example():
     assert left == int(jnp.sum(w.each(["pos"]) & (jnp.abs(x_final) <= 5.0)))
     assert abs(float(re.search(r"controlled particles' mean height (\S+)", text).group(1)) - 2.0) < 1e-3
     assert float(re.search(r"free particles' mean height (\S+)", text).group(1)) < 1e-3
+
+
+def test_large_diagram_and_sampling_example():
+    text = run_example("large_diagram_and_sampling.py")
+    # 201 subsystems, their contexts stored stacked: a handful of arrays
+    assert int(re.search(r"context arrays for 201 subsystems: (\d+)", text).group(1)) <= 10
+    # the chain of lags against the Erlang distribution function
+    assert float(re.search(r"chain max error vs exact (\S+)", text).group(1)) < 1e-7
+    plain = int(re.search(r"steps without samples (\d+)", text).group(1))
+    stepped = int(re.search(r"steps stepping to 1000 samples (\d+)", text).group(1))
+    dense = int(re.search(r"steps with dense output (\d+)", text).group(1))
+    assert dense == plain < stepped
+    assert float(re.search(r"max difference of the samples (\S+)", text).group(1)) < 1e-6
+    assert (ROOT / "examples" / "output" / "sampling.png").read_bytes()[:4] == b"\x89PNG"
