@@ -496,9 +496,15 @@ class ImplicitEulerIntegrator(_ImplicitBase):
             return x1 - x - h * f(t1, x1)
 
         x1, ok = self._newton(residual, x + h * f0)
-        f1 = f(t1, x1)
-        x_trap = x + 0.5 * h * (f0 + f1)
-        return x1, x1 - x_trap, ok
+
+        # Drake's error estimate: the implicit trapezoid rule, solved by Newton from the implicit
+        # Euler result (an explicit trapezoid through x1 would measure the stiff transient that implicit
+        # Euler damps, and keep the step needlessly small on stiff problems)
+        def residual_trapezoid(x2: Array) -> Array:
+            return x2 - x - 0.5 * h * (f0 + f(t1, x2))
+
+        x_trap, ok_trap = self._newton(residual_trapezoid, x1)
+        return x1, x1 - x_trap, ok & ok_trap
 
 
 class RadauIntegrator(_ImplicitBase):
