@@ -486,3 +486,25 @@ def test_steps_stretched_onto_a_boundary_are_not_rejected_by_the_maximum_step():
         r32 = js.simulate(s, ctx32, 5.0, integ32, save_at=ts32, dense_output=dense)
         assert r32.ys.dtype == jnp.float32
         np.testing.assert_allclose(r32.ys[:, 0], np.cos(np.asarray(ts32)), rtol=0, atol=1e-5)
+
+
+def test_evaluation_loop_and_differentiated_loop_agree():
+    # Evaluated, the error-controlled loop is a lax.while_loop; differentiated, equinox's bounded loop
+    # with the same body. The primal values of a jvp must be those of the plain call (same steps; the
+    # two compiled programs may round differently in the last bits), and so must vmap's.
+    s, ctx = oscillator(0.1)
+    integ = js.RungeKutta5Integrator(target_accuracy=1e-9)
+    ts = jnp.linspace(0.2, 3.0, 15)
+
+    def run(x0):
+        r = js.simulate(s, ctx.with_continuous_state(x0), 3.0, integ, save_at=ts)
+        return r.ys, r.stats.num_step_attempts
+
+    x0 = jnp.array([1.0, 0.5])
+    (ys, n), _ = jax.jvp(run, (x0,), (jnp.ones(2),))
+    ys_plain, n_plain = run(x0)
+    assert int(n) == int(n_plain)
+    np.testing.assert_allclose(ys, ys_plain, rtol=0, atol=1e-13)
+    ys_batch, n_batch = jax.vmap(run)(jnp.stack([x0, 2 * x0]))
+    np.testing.assert_allclose(ys_batch[0], ys_plain, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(ys_batch[1], 2 * ys_plain, rtol=0, atol=1e-8)  # linear system
