@@ -111,6 +111,21 @@ def hand_adaptive(cls, accuracy, max_step=0.1, t_final=10.0):
     return run
 
 
+def diffrax_pendulum(solver, controller, saveat=None, dt0=0.01):
+    """A jitted Diffrax solve of the pendulum over [0, 10] s: ``y0 -> ys`` (the final state when
+    ``saveat`` is None)."""
+    term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
+    extra = {} if saveat is None else {"saveat": saveat}
+
+    def run(y0):
+        sol = diffrax.diffeqsolve(
+            term, solver, 0.0, 10.0, dt0, y0, args=PARAMS, stepsize_controller=controller, max_steps=200_000, **extra
+        )
+        return sol.ys if saveat is not None else sol.ys[-1]
+
+    return jax.jit(run)
+
+
 def pendulum():
     p = Pendulum()
     ctx = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
@@ -151,23 +166,7 @@ def _adaptive_case(title, cls, accuracy, diffrax_solver, diffrax_label):
     hand = hand_adaptive(cls, accuracy)
     rows = [("jaxsys", *timeit(ours, ctx)), ("hand-written loop, same rule", *timeit(hand, X0, PARAMS))]
     if diffrax is not None:
-        term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
-        controller = diffrax.PIDController(rtol=accuracy, atol=accuracy)
-        sol = jax.jit(
-            lambda y0: (
-                diffrax.diffeqsolve(
-                    term,
-                    diffrax_solver,
-                    0.0,
-                    10.0,
-                    0.01,
-                    y0,
-                    args=PARAMS,
-                    stepsize_controller=controller,
-                    max_steps=100_000,
-                ).ys
-            )
-        )
+        sol = diffrax_pendulum(diffrax_solver, diffrax.PIDController(rtol=accuracy, atol=accuracy))
         rows.append((diffrax_label, *timeit(sol, X0)))
     return title, rows
 
@@ -184,23 +183,8 @@ def case_dopri():
         import optimistix as optx  # a dependency of diffrax
 
         # Drake's error measure: the max-norm of the local error against an absolute accuracy
-        term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
         controller = diffrax.PIDController(rtol=0.0, atol=1e-8, norm=optx.max_norm)
-        sol = jax.jit(
-            lambda y0: (
-                diffrax.diffeqsolve(
-                    term,
-                    diffrax.Dopri5(),
-                    0.0,
-                    10.0,
-                    0.01,
-                    y0,
-                    args=PARAMS,
-                    stepsize_controller=controller,
-                    max_steps=100_000,
-                ).ys
-            )
-        )
+        sol = diffrax_pendulum(diffrax.Dopri5(), controller)
         rows.append(("diffrax Dopri5 with Drake's error measure (max norm, atol=1e-8, rtol=0)", *timeit(sol, X0)))
     return title, rows
 
@@ -216,34 +200,12 @@ def case_dopri_work_precision():
     rows = [("jaxsys accuracy 1e-8", *timeit(ours, ctx, repeats=9))]
     if diffrax is None:
         return "S2b' pendulum Dormand-Prince at equal final error", rows
-    term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
-    ref = diffrax.diffeqsolve(
-        term,
-        diffrax.Dopri8(),
-        0.0,
-        10.0,
-        1e-3,
-        X0,
-        args=PARAMS,
-        stepsize_controller=diffrax.PIDController(rtol=1e-13, atol=1e-13),
-        max_steps=200_000,
-    ).ys[-1]
+    reference = diffrax_pendulum(diffrax.Dopri8(), diffrax.PIDController(rtol=1e-13, atol=1e-13), dt0=1e-3)
+    ref = reference(X0)
     err_ours = float(jnp.max(jnp.abs(ours(ctx) - ref)))
 
     def solver(tol):
-        return jax.jit(
-            lambda y0: diffrax.diffeqsolve(
-                term,
-                diffrax.Dopri5(),
-                0.0,
-                10.0,
-                0.01,
-                y0,
-                args=PARAMS,
-                stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
-                max_steps=100_000,
-            ).ys[-1]
-        )
+        return diffrax_pendulum(diffrax.Dopri5(), diffrax.PIDController(rtol=tol, atol=tol))
 
     tol = 1e-8
     while float(jnp.max(jnp.abs(solver(tol)(X0) - ref))) > err_ours and tol > 1e-12:
@@ -268,23 +230,8 @@ def case_dopri_saved():
         ("jaxsys, dense_output=True", *timeit(dense, ctx)),
     ]
     if diffrax is not None:
-        term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
-        sol = jax.jit(
-            lambda y0: (
-                diffrax.diffeqsolve(
-                    term,
-                    diffrax.Dopri5(),
-                    0.0,
-                    10.0,
-                    0.01,
-                    y0,
-                    args=PARAMS,
-                    saveat=diffrax.SaveAt(ts=ts),
-                    stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
-                    max_steps=100_000,
-                ).ys
-            )
-        )
+        controller = diffrax.PIDController(rtol=1e-8, atol=1e-8)
+        sol = diffrax_pendulum(diffrax.Dopri5(), controller, saveat=diffrax.SaveAt(ts=ts))
         rows.append(("diffrax Dopri5 rtol=atol=1e-8, SaveAt(ts=...)", *timeit(sol, X0)))
     return "S2b+ pendulum Dormand-Prince accuracy 1e-8, 100 saved samples", rows
 
