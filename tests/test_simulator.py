@@ -409,7 +409,7 @@ def test_dense_output_values_steps_and_order():
         assert int(stepped.stats.num_steps_taken) > int(plain.stats.num_steps_taken)
         # same steps; the two compiled programs may round differently in the last bits
         np.testing.assert_allclose(
-            dense.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector(), rtol=0, atol=1e-11
+            dense.context.get_continuous_state_vector(), plain.context.get_continuous_state_vector(), rtol=0, atol=1e-12
         )
         np.testing.assert_allclose(dense.ys[:, 0], exact, rtol=0, atol=tol)
         np.testing.assert_allclose(dense.ys[:, 1], -np.sin(np.asarray(ts)), rtol=0, atol=tol)

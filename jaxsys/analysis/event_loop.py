@@ -284,9 +284,11 @@ def isolate_crossing(
     x: Array,
     h: Array,
     w0: Array,
+    w1: Array,
     iterations: int,
 ) -> tuple[Array, Array, Array]:
-    """The first witness crossing in a step of size ``h`` from (t, x).
+    """The first witness crossing in a step of size ``h`` from (t, x); ``w0``, ``w1``: the witness
+    values at its start and end.
 
     Every trial is one step of the same integrator from (t, x), as in Drake (no interpolation). For
     each witness that triggered over the step, the Illinois variant of regula falsi on
@@ -307,7 +309,6 @@ def isolate_crossing(
     def values_at(tau: Array) -> Array:
         return program.witness_values(make_ctx(t + tau, step_to(tau)))
 
-    w1 = values_at(h)
     candidates = program.triggered(w0, w1)
 
     def illinois(_: int, state: Any) -> Any:

@@ -155,32 +155,16 @@ class IntegratorBase(eqx.Module):
 
     def uses_fsal(self) -> bool:
         """Whether steps reuse the end-point derivative of the previous step ("first same as last"):
-        the method has the property and the ``fsal`` option is on."""
+        the method has the property and the ``fsal`` option is on. A class that returns True provides
+        ``attempt_step_fsal(f, t, x, h, aux, k_first, t_end) -> (x_new, err, ok, f(t_end, x_new))``
+        (explicit Runge-Kutta methods do)."""
         return False
-
-    def attempt_step_fsal(
-        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array, t_end: Array
-    ) -> tuple[Array, Array, Array, Array]:
-        """One step whose first stage ``k_first = f(t, x)`` is known; the last stage is evaluated at
-        ``t_end`` (the step's end time as the loop records it) and returned for the next step:
-        (x_new, error estimate vector, ok, f(t_end, x_new)). Only for :meth:`uses_fsal` methods."""
-        raise NotImplementedError(f"{type(self).__name__} has no first-same-as-last stage.")
 
     def supports_dense_output(self) -> bool:
-        """Whether :meth:`attempt_step_dense` gives a continuous extension of the step (explicit
-        Runge-Kutta methods)."""
+        """Whether the method has a continuous extension of its steps. A class that returns True
+        provides ``attempt_step_dense`` (a step and its interpolation data) and ``interpolate``
+        (explicit Runge-Kutta methods do)."""
         return False
-
-    def attempt_step_dense(
-        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array
-    ) -> tuple[Array, Array, Array, Array, Array]:
-        """A step with the data of its continuous extension: (x_new, error estimate vector, ok,
-        f(t_end, x_new) for first-same-as-last methods, interpolation data for :meth:`interpolate`)."""
-        raise NotImplementedError(f"{type(self).__name__} has no dense output.")
-
-    def interpolate(self, x: Array, x_new: Array, h: Array, data: Array, theta: Array) -> Array:
-        """x at t + theta h (theta in [0, 1]) from a step's start and end and its interpolation data."""
-        raise NotImplementedError(f"{type(self).__name__} has no dense output.")
 
 
 # --------------------------------------------------------------------------------------------

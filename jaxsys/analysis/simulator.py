@@ -862,12 +862,13 @@ def _simulate_while(
         if program and program.witnesses:
             # a witness that changes sign (in its direction) over the step: isolate the first crossing
             w0 = program.witness_values(make_ctx(t, x))
-            trig = program.triggered(w0, program.witness_values(make_ctx(t_new, x_new))) & accept
+            w1 = program.witness_values(make_ctx(t_new, x_new))
+            trig = program.triggered(w0, w1) & accept
             isolated = jnp.any(trig)
             t_new, x_new, w_now = jax.lax.cond(
                 isolated,
                 lambda: isolate_crossing(
-                    program, integrator, f_cur, aux_cur, make_ctx, t, x, h, w0, witness_iterations
+                    program, integrator, f_cur, aux_cur, make_ctx, t, x, h, w0, w1, witness_iterations
                 ),
                 lambda: (t_new, x_new, trig),
             )

@@ -20,12 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .context import Context, DiagramContext, LeafContext
+from .context import Context, DiagramContext, LeafContext, with_system_id
 from .errors import AlgebraicLoopError, InputPortNotConnectedError, JaxsysError, PortError
 from .leaf_system import LeafSystem, _Lazy, _Raise, _Unfed
 from .ports import InputPort, OutputPort
 from .system import System
-from .vectorize import find_groups, stack, with_system_id
+from .vectorize import find_groups, stack
 
 
 if TYPE_CHECKING:

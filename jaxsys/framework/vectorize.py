@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .context import with_system_id  # noqa: F401  (re-exported for diagram.py)
 from .ports import abstract_signature
 
 
