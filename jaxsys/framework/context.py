@@ -343,32 +343,16 @@ class Context(abc.ABC):
         """A copy at time ``t`` (Drake: ``SetTime``); a Diagram sets it in every subcontext."""
 
     # --- continuous state --------------------------------------------------------------------
-    def _continuous_parts(self) -> list[ContinuousState]:
-        return [leaf.state.continuous_state for leaf in self._leaf_contexts()]
-
     def num_continuous_states(self) -> int:
         """Total number of continuous states (Drake: ``num_continuous_states``)."""
-        return sum(c.size() for c in self._continuous_parts())
+        return self.get_continuous_state().size()
 
+    # (a leaf's own state; DiagramContext overrides these with its block-wise versions)
     def get_continuous_state(self) -> ContinuousState:
         """The continuous state, Drake's [q, v, z] ordering (Drake: ``get_continuous_state``)."""
-        parts = self._continuous_parts()
-        qs = [c.get_generalized_position() for c in parts if c.num_q]
-        vs = [c.get_generalized_velocity() for c in parts if c.num_v]
-        zs = [c.get_misc_continuous_state() for c in parts if c.num_z]
-        if len(parts) == 1:
-            x = parts[0].x
-        else:
-            pieces = [p for p in qs + vs + zs if p.shape[0] > 0]
-            dtype = parts[0].x.dtype if parts else default_float_dtype()
-            x = jnp.concatenate(pieces) if pieces else jnp.zeros((0,), dtype)
-        return ContinuousState(
-            x,
-            sum(c.num_q for c in parts),
-            sum(c.num_v for c in parts),
-            sum(c.num_z for c in parts),
-            self.system_id,
-        )
+        (leaf,) = self._leaf_contexts()
+        cs = leaf.state.continuous_state
+        return ContinuousState(cs.x, cs.num_q, cs.num_v, cs.num_z, self.system_id)
 
     def get_continuous_state_vector(self) -> Array:
         """The continuous state vector x (Drake: ``get_continuous_state_vector().CopyToVector()``)."""
@@ -378,40 +362,18 @@ class Context(abc.ABC):
         """A copy with continuous state ``x`` (a vector or ContinuousState; Drake: ``SetContinuousState``)."""
         if isinstance(x, ContinuousState):
             x = x.x
-        parts = self._continuous_parts()
-        n = sum(c.size() for c in parts)
+        (leaf,) = self._leaf_contexts()
+        c = leaf.state.continuous_state
         shape = tuple(getattr(x, "shape", np.shape(x)))
-        if shape != (n,):
-            q = sum(c.num_q for c in parts)
-            v = sum(c.num_v for c in parts)
+        if shape != (c.size(),):
             raise StateError(
-                f"The continuous state of System {describe_system_id(self.system_id)} has size {n} "
-                f"(num_q={q}, num_v={v}, num_z={n - q - v}); the value given has shape {shape}."
+                f"The continuous state of System {describe_system_id(self.system_id)} has size {c.size()} "
+                f"(num_q={c.num_q}, num_v={c.num_v}, num_z={c.num_z}); the value given has shape {shape}."
             )
-        leaves = self._leaf_contexts()
-        if len(leaves) == 1:
-            new_parts = [x]
-        else:
-            x = jnp.asarray(x)
-            nq = sum(c.num_q for c in parts)
-            nv = sum(c.num_v for c in parts)
-            oq, ov, oz = 0, nq, nq + nv
-            new_parts = []
-            for c in parts:
-                pieces = [x[o : o + k] for o, k in ((oq, c.num_q), (ov, c.num_v), (oz, c.num_z)) if k > 0]
-                if not pieces:
-                    new_parts.append(x[0:0])
-                else:
-                    new_parts.append(pieces[0] if len(pieces) == 1 else jnp.concatenate(pieces))
-                oq, ov, oz = oq + c.num_q, ov + c.num_v, oz + c.num_z
-        new_leaves = []
-        for leaf, c, xi in zip(leaves, parts, new_parts):
-            if c.size() == 0:
-                new_leaves.append(leaf)
-                continue
-            cs = ContinuousState(jnp.asarray(xi, dtype=c.x.dtype), c.num_q, c.num_v, c.num_z, c.system_id)
-            new_leaves.append(leaf._replace_state(continuous_state=cs))
-        return self._with_leaf_contexts(new_leaves)
+        if c.size() == 0:
+            return self
+        cs = ContinuousState(jnp.asarray(x, dtype=c.x.dtype), c.num_q, c.num_v, c.num_z, c.system_id)
+        return self._with_leaf_contexts([leaf._replace_state(continuous_state=cs)])
 
     # --- discrete state ----------------------------------------------------------------------
     def _discrete_index(self) -> list[tuple[int, int]]:
