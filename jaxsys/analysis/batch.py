@@ -10,6 +10,9 @@
   CPU collectives: ``jax.config.update("jax_cpu_collectives_implementation", "gloo")``) build a mesh
   over ``jax.devices()`` (all processes' devices) and call ``batch_simulate(..., process_local=True)``
   with each process's own slice of the batch; the result is one global array.
+
+Imports (within jaxsys): the framework's ``context``, ``errors``, ``system``; ``integrators``,
+``results``, ``simulate``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
 from .integrators import IntegratorBase
-from .simulator import SimulationResult, simulate
+from .results import SimulationResult
+from .simulate import simulate
 
 
 def stack_contexts(contexts: Sequence[Context]) -> Context:

@@ -5,6 +5,9 @@ measurement times and the measurements, over one or several experiments (batched
 with an optax optimizer on ``jax.value_and_grad`` of the loss. Bounds and positivity are handled by
 a change of variables (sigmoid onto [lo, hi], softplus onto (0, inf)), so the optimizer is
 unconstrained.
+
+Imports (within jaxsys): the framework's ``context``, ``errors``, ``system``; ``integrators``,
+``simulate``.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
 from .integrators import IntegratorBase, RungeKutta4Integrator
-from .simulator import simulate
+from .simulate import simulate
 
 
 @dataclasses.dataclass(frozen=True)

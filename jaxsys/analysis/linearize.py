@@ -1,5 +1,9 @@
 """Linearization and LQR (Drake's ``Linearize``, ``FirstOrderTaylorApproximation``,
-``LinearQuadraticRegulator``), computed with ``jax.jacfwd`` and differentiable end to end."""
+``LinearQuadraticRegulator``), computed with ``jax.jacfwd`` and differentiable end to end.
+
+Imports (within jaxsys): the framework's ``context``, ``dispatch``, ``errors``, ``events``,
+``system``; ``primitives/linear``.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@
 default :class:`NoProgressMeter` adds nothing to the loop. The meter is updated every
 ``refresh_steps`` steps through ``jax.debug.callback``, so it works under ``jit``, ``vmap`` (it
 shows the least advanced batch member) and ``grad`` (callbacks do not affect derivatives).
+
+Imports: nothing from jaxsys.
 """
 
 from __future__ import annotations

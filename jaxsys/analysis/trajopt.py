@@ -12,6 +12,9 @@ collocation (Hermite-Simpson), with input limits and a final-state constraint.
   problems are solved with L-BFGS (optax); the result reports the remaining constraint violation.
 
 Costs: ``running_cost(x, u) -> scalar`` integrated over time, ``final_cost(x) -> scalar``.
+
+Imports (within jaxsys): the framework's ``context``, ``diagram_builder``, ``errors``, ``system``;
+``primitives/sources``, ``integrators``, ``simulate``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ..framework.errors import JaxsysError
 from ..framework.system import System
 from ..primitives.sources import PiecewisePolynomial, TrajectorySource
 from .integrators import RungeKutta4Integrator
-from .simulator import simulate
+from .simulate import simulate
 
 
 @dataclasses.dataclass

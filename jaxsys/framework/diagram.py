@@ -7,6 +7,9 @@ value fixed on some context in the tree), direct feedthrough is composed, and al
 detected. Evaluating an output or the time derivatives of a Diagram then walks only the leaves it
 needs, each output computed once per evaluation (outputs are memoized for the duration of one
 call; under ``jax.jit`` this is one traced computation).
+
+Imports (within jaxsys): ``constraints``, ``context``, ``errors``, ``leaf_system``, ``ports``,
+``system``, ``vectorize``.
 """
 
 from __future__ import annotations

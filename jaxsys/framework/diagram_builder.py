@@ -1,4 +1,7 @@
-"""``DiagramBuilder``: wire systems into a Diagram (Drake's ``DiagramBuilder<T>``)."""
+"""``DiagramBuilder``: wire systems into a Diagram (Drake's ``DiagramBuilder<T>``).
+
+Imports (within jaxsys): ``diagram``, ``errors``, ``ports``, ``system``.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ and that leaf's handler for the kind is called once (``do_publish``,
 ``do_calc_discrete_variable_updates``, ``do_calc_unrestricted_update``), as Drake's EventCollection
 page specifies. All leaves see the same pre-update context; their results are then combined.
 Which events are due is a boolean per event (possibly traced), so this runs inside ``jit``.
+
+Imports (within jaxsys): ``context``, ``errors``, ``events``, ``leaf_system``, ``system``.
 """
 
 from __future__ import annotations

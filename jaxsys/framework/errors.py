@@ -3,6 +3,8 @@
 Every error jaxsys raises at build or trace time is a subclass of :class:`JaxsysError`, and its
 message names the system (by its path in the diagram, e.g. ``::diagram::plant``), the port or state
 involved, what was expected and what was given.
+
+Imports: nothing from jaxsys.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ Callbacks (all pure):
 * discrete update: ``callback(context, discrete_state) -> DiscreteValues`` (or the new vector when
   the system has one group), starting from ``discrete_state``, which holds the values so far;
 * unrestricted update: ``callback(context, state) -> State``.
+
+Imports: nothing from jaxsys.
 """
 
 from __future__ import annotations

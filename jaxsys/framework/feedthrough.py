@@ -7,6 +7,8 @@ values as jaxpr inputs, and follows data dependencies from the jaxpr's outputs b
 Nested jaxprs (``cond``, ``scan``, ``pjit``, ...) are treated conservatively: every output of such an
 equation depends on every input of it. If tracing fails (for example Python control flow on an input
 value), every input is assumed to feed through, as in Drake.
+
+Imports: nothing from jaxsys.
 """
 
 from __future__ import annotations

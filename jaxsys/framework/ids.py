@@ -5,6 +5,8 @@ Every System gets a unique positive integer id when it is constructed. Every obj
 that id in a *static* field, so it is part of the pytree structure and invisible to ``jit``. Public
 System methods validate it. An id of ``0`` means "no id" (Drake's invalid, default-constructed id):
 such an object is refused by every System method, as the seed page specifies.
+
+Imports (within jaxsys): ``errors``, ``system``.
 """
 
 from __future__ import annotations

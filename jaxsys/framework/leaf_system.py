@@ -19,6 +19,9 @@ A subclass declares its structure in ``__init__`` with the ``declare_*`` methods
 
 Like every ``equinox.Module``, a subclass must annotate any extra attribute it sets in ``__init__``
 (``gain: float = eqx.field(static=True)``).
+
+Imports (within jaxsys): ``constraints``, ``context``, ``dispatch``, ``errors``, ``events``,
+``feedthrough``, ``ports``, ``system``, ``vectorize``, ``witness``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Ports are static structure: plain, immutable Python objects made by ``declare_*_
 DiagramBuilder for exported ports). Their values live in a Context: :meth:`InputPort.eval` reads the
 value fixed on the port or supplied by the enclosing Diagram, :meth:`InputPort.fix_value` returns a
 new context with a fixed value (Drake's ``FixValue``), :meth:`OutputPort.eval` computes the output.
+
+Imports (within jaxsys): ``context``, ``errors``, ``system``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ values that vary between runs (time, state, parameters, input values) live in a
 Drake's scalar-type templating (``System<double>``, ``System<AutoDiffXd>``, ``ToAutoDiffXd``) has no
 counterpart: a jaxsys System works on whatever array type its context holds, and ``jax.grad``,
 ``jax.jvp``, ``jax.jacfwd`` or ``jax.vmap`` of any function of a context differentiates or batches it.
+
+Imports (within jaxsys): ``constraints``, ``context``, ``dispatch``, ``errors``, ``events``,
+``graphviz``, ``ids``, ``leaf_system``, ``ports``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ class, same static configuration, same state/parameter/port layout, same calc fu
 by one ``jax.vmap`` over the members' stacked contexts. Inputs of a group are gathered from a "bus":
 the concatenation of every source array feeding that input, indexed by a static index vector.
 Nothing changes semantically: the same leaf code runs on the same values.
+
+Imports (within jaxsys): ``ports``.
 """
 
 from __future__ import annotations

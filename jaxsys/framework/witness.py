@@ -4,6 +4,8 @@ crossings, in a given direction, trigger an event during a simulation.
 A LeafSystem declares them with :meth:`LeafSystem.declare_witness_function` (or makes one with
 ``make_witness_function`` and returns it from an overridden ``do_get_witness_functions``). The set
 of witness functions is static structure: it is fixed when the simulation is traced.
+
+Imports (within jaxsys): ``events``.
 """
 
 from __future__ import annotations

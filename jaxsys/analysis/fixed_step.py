@@ -1,0 +1,202 @@
+"""Fixed-step runs whose step count is known while tracing: a ``lax.scan``.
+
+Exactly ``ceil((t_final - t0) / h)`` steps with time computed as ``t0 + n h`` (Drake accumulates time
+by addition and takes 10001 steps of 1e-3 to reach 10 s; jaxsys takes 10000); the last step is
+shortened when the span is not a whole number of steps. With events (only when every periodic event
+time lies on the step grid and there are no witnesses), each scan iteration is one Drake step:
+updates, the step, publishes. Runs that do not fit (witnesses, events off the grid, times known only
+at run time) go to the while loop of :mod:`.stepping`.
+
+Imports: the framework, :mod:`.event_loop`, :mod:`.loops`, :mod:`.recording`, :mod:`.results`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..framework.context import Context
+from .event_loop import EventProgram, get_rest, set_rest
+from .loops import Run
+from .recording import record_buffer, write_row
+from .results import STATUS_NONFINITE, STATUS_OK, LoopOutput, make_statistics
+
+
+Array = jax.Array
+
+
+def plan_fixed_steps(
+    h: float, t0: float, t_final: Any, ts: np.ndarray | None
+) -> tuple[int, np.ndarray | None, bool] | None:
+    """Static plan of a fixed-step run: (number of steps, step index of each save time, whether the
+    span is a whole number of steps), or None when the run cannot be a scan (t_final or the save
+    times only known at run time, or save times off the step grid)."""
+    if t_final is None or ts is None:
+        return None
+    span = float(t_final) - t0
+    n = max(int(np.ceil(span / h - 1e-9)), 0)
+    exact = abs(t0 + n * h - float(t_final)) <= 1e-9 * h
+    if ts.size == 0:
+        return n, None, exact
+    idx = np.rint((ts - t0) / h).astype(np.int64)
+    scale = max(1.0, abs(float(t_final)))
+    at_end = np.abs(ts - float(t_final)) <= 1e-12 * scale
+    on_grid = np.abs(t0 + idx * h - ts) <= 1e-9 * scale
+    if not np.all(on_grid | at_end):
+        return None
+    idx = np.where(at_end, n, np.minimum(idx, n))
+    return n, idx, exact
+
+
+class FixedStepScan:
+    """One fixed-step run as a scan. ``events``: ``(program, periodic counters, logs, rest, counts,
+    updates_at_start)`` for a system with events, else None."""
+
+    def __init__(self, run: Run, n_steps: int, save_idx: np.ndarray | None, exact: bool, events: Any = None):
+        self.run = run
+        self.n_steps = n_steps
+        self.save_idx = save_idx if save_idx is not None else np.zeros(0, np.int64)
+        self.exact = exact
+        self.program: EventProgram | None = events[0] if events is not None else None
+        self.updates_at_start = events[5] if events is not None else True
+        self.events0 = events
+        self.h = float(run.integrator.max_step_size)
+        # first same as last (without events): the carry holds the derivative at the current state
+        self.fsal = run.integrator.uses_fsal() and self.program is None
+
+    def time_after(self, n: Array) -> Array:
+        """Time after ``n`` steps."""
+        run = self.run
+        return jnp.where(n == self.n_steps, run.t_final, run.t0 + n.astype(run.t0.dtype) * self.h)
+
+    def context_of(self, t: Array, carry: Any) -> Context:
+        x, evc = carry
+        ctx = self.run.context.with_time(t).with_continuous_state(x)
+        return set_rest(ctx, evc[0]) if self.program is not None else ctx
+
+    def step(self, carry: Any, n: Array) -> Any:
+        """Step ``n`` (from ``t0 + n h``). The carry is ``(x, event carry or FSAL derivative)``."""
+        run, h, integrator = self.run, self.h, self.run.integrator
+        x, evc = carry
+        dtype = run.t0.dtype
+        t = run.t0 + n.astype(dtype) * h
+        meter, token = run.aux["progress"]
+        meter.update(token, t, n)
+        if self.exact:
+            hn: Any = h
+            t_next = run.t0 + (n + 1).astype(dtype) * h
+        else:
+            t_next = jnp.where(n + 1 == self.n_steps, run.t_final, run.t0 + (n + 1).astype(dtype) * h)
+            hn = t_next - t
+        if self.fsal:
+            x_new, _, _, k_end = integrator.attempt_step_fsal(run.f, t, x, hn, run.aux, evc, t_next)
+            return (x_new, k_end)
+        if self.program is None:
+            return (integrator.attempt_step(run.f, t, x, hn, run.aux)[0], evc)
+        return self._event_step(x, evc, n, t, t_next, hn)
+
+    def _event_step(self, x: Array, evc: Any, n: Array, t: Array, t_next: Array, hn: Any) -> Any:
+        """One Drake step with events: updates at t, the step, publishes at t_next."""
+        run, program = self.run, self.program
+        rest, k_ev, logs, counts = evc
+        base = set_rest(run.context.with_time(t).with_continuous_state(x), rest)
+        gate = (n > 0) | self.updates_at_start
+        base, k_ev, n_u, n_d = program.updates(base, k_ev, gate)
+        rest = get_rest(base)
+        aux = dict(run.aux)
+        aux["v_to_qdot"] = lambda tt, xx, v: run.system._map_raw(
+            base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
+        )
+        f = run.system._derivative_function(base)
+        x_new = run.integrator.attempt_step(f, t, base.get_continuous_state_vector(), hn, aux)[0]
+        after = set_rest(run.context.with_time(t_next).with_continuous_state(x_new), rest)
+        k_ev, logs, n_p = program.publishes(after, k_ev, jnp.array(True), logs)
+        return (x_new, (rest, k_ev, logs, counts + jnp.stack([n_p, n_d, n_u])))
+
+    def steps(self, carry: Any, start: Any, length: int) -> Any:
+        """``length`` steps from step index ``start``."""
+        if length <= 0:
+            return carry
+        idx = start + jnp.arange(length, dtype=jnp.int32)
+        return jax.lax.scan(lambda c, n: (self.step(c, n), None), carry, idx)[0]
+
+    def simulate(self) -> LoopOutput:
+        """The whole run, saving at the planned steps."""
+        run, idx, n_steps = self.run, self.save_idx, self.n_steps
+        ev = self.events0
+        if self.program is not None:
+            carry0 = (run.x0, (ev[3], ev[1], ev[2], ev[4]))
+        else:
+            carry0 = (run.x0, run.f(run.t0, run.x0) if self.fsal else ())
+        n_save = int(run.ts.shape[0])
+        m = int(idx[0]) if idx.size else 0
+        if n_save == 0:
+            carry = self.steps(carry0, 0, n_steps)
+            buf = record_buffer(run.record, run.context, 0)
+        elif m > 0 and np.array_equal(idx, m * np.arange(1, n_save + 1)):
+            carry, buf = self._save_regular(carry0, m, n_save)
+        else:
+            carry, buf = self._save_masked(carry0, n_save)
+        return self.output(carry, buf)
+
+    def _save_regular(self, carry0: Any, m: int, n_save: int) -> tuple[Any, Any]:
+        """Save times on a regular grid of ``m`` steps: an outer scan over save intervals of an inner
+        scan of plain steps, recording once per interval (no per-step masked writes)."""
+
+        def interval(carry: Any, j: Array) -> tuple[Any, Any]:
+            carry = self.steps(carry, j * m, m)
+            n = (j + 1) * m
+            return carry, self.run.record(self.context_of(self.time_after(n), carry))
+
+        carry, buf = jax.lax.scan(interval, carry0, jnp.arange(n_save, dtype=jnp.int32))
+        return self.steps(carry, n_save * m, self.n_steps - n_save * m), buf
+
+    def _save_masked(self, carry0: Any, n_save: int) -> tuple[Any, Any]:
+        """General grid-aligned save times: one pass, a masked write at the steps that hit one."""
+        run, idx = self.run, self.save_idx
+        buf = record_buffer(run.record, run.context, n_save)
+        k0 = int(np.sum(idx == 0))
+        if k0:
+            buf = jax.tree_util.tree_map(lambda b, v: b.at[:k0].set(v), buf, run.record(run.context))
+        idx_ = jnp.asarray(idx, jnp.int32)
+
+        def step_rec(c: Any, n: Array) -> Any:
+            carry, k, buf = c
+            carry = self.step(carry, n)
+            hit = (k < n_save) & (idx_[jnp.clip(k, 0, n_save - 1)] == n + 1)
+            value = run.record(self.context_of(self.time_after(n + 1), carry))
+            buf = write_row(buf, k, value, hit)
+            return (carry, k + hit.astype(k.dtype), buf), None
+
+        init = (carry0, jnp.asarray(k0, jnp.int32), buf)
+        (carry, _, buf), _ = jax.lax.scan(step_rec, init, jnp.arange(self.n_steps, dtype=jnp.int32))
+        return carry, buf
+
+    def output(self, carry: Any, buf: Any) -> LoopOutput:
+        """The loop's output: statistics of n fixed steps; a non-finite end state is reported."""
+        run, h, n_steps = self.run, self.h, self.n_steps
+        x, evc = carry
+        dtype = run.t0.dtype
+        ok = jnp.all(jnp.isfinite(x))
+        n = jnp.asarray(n_steps, jnp.int32)
+        last_h = (run.t_final - (run.t0 + (n_steps - 1) * h)) if n_steps else jnp.zeros((), dtype)
+        fsal = int(self.fsal)
+        stats = make_statistics(
+            steps=n,
+            attempts=n,
+            evaluations=n * (run.integrator.num_evaluations() - fsal) + int(self.fsal and n_steps > 0),
+            shrinkages=jnp.zeros((), jnp.int32),
+            substep_failures=jnp.zeros((), jnp.int32),
+            smallest=jnp.full((), jnp.nan, dtype),
+            largest=jnp.asarray(h if n_steps > 1 else last_h, dtype),
+            initial=jnp.minimum(h, run.t_final - run.t0) if n_steps else jnp.full((), jnp.nan, dtype),
+            previous=jnp.asarray(last_h, dtype),
+        )
+        status = jnp.where(ok, STATUS_OK, STATUS_NONFINITE).astype(jnp.int32)
+        if self.program is not None:
+            rest, _, logs, counts = evc
+            return LoopOutput(run.t_final, x, buf, stats, status, rest, logs, counts)
+        return LoopOutput(run.t_final, x, buf, stats, status)

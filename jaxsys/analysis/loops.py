@@ -1,0 +1,106 @@
+"""The loop primitives both stepping loops build on, and the bundle of what a run needs.
+
+* :class:`Run`: the system, its start context, the integrator, the vector field and the save times:
+  what :func:`~jaxsys.simulate` hands to the fixed-step scan (:mod:`.fixed_step`) or the stepping
+  while loop (:mod:`.stepping`).
+* :func:`while_fast_primal`: a while loop that runs as a plain ``lax.while_loop`` when evaluated and
+  as equinox's bounded (differentiable) loop when differentiated.
+* :func:`make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
+
+Imports: the framework (System, Context) and :mod:`.integrators.base` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox.internal as eqxi
+import jax
+
+from ..framework.context import Context
+from ..framework.system import System
+from .integrators.base import IntegratorBase
+
+
+Array = jax.Array
+
+
+class Run(NamedTuple):
+    """What both loops (scan and while) need from :func:`~jaxsys.simulate`.
+
+    **Fields:**
+    - `system`, `context`: the system and its context at the start (after initialization events).
+    - `integrator`: the integrator module (static options).
+    - `f`: ``f(t, x) -> xdot`` at the start context's discrete state and parameters.
+    - `aux`: what integrators need besides ``f`` (``num_q``, ``num_v``, ``v_to_qdot``, ``rolled``)
+      and the progress meter (``progress``).
+    - `record`: ``record(context) -> pytree`` saved at ``ts``.
+    - `x0`, `t0`, `t_final`: start state and time, end time.
+    - `ts`: the save times, shape ``(n,)``.
+    """
+
+    system: System
+    context: Context
+    integrator: IntegratorBase
+    f: Callable[..., Array]
+    aux: Any
+    record: Callable[[Context], Any]
+    x0: Array
+    t0: Array
+    t_final: Array
+    ts: Array
+
+
+def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
+    """A while loop that runs as a plain ``lax.while_loop`` when it is evaluated, and as equinox's
+    bounded loop (forward- and reverse-mode differentiable) when it is differentiated.
+
+    The bounded loop nests ``log_16(max_steps)`` scans of conditionals: it costs ~25% more per
+    step and a fixed price at every entry (small loops entered often, as between save times, pay
+    it many times). A ``custom_jvp`` keeps the fast loop for evaluation, ``vmap`` included, and uses
+    the bounded loop's JVP (and hence its transpose for ``grad``) for derivatives: both loops run the
+    same body, so values are identical. Closed-over arrays become explicit arguments
+    (``jax.closure_convert``) so that derivatives with respect to them are seen.
+    """
+    body_c, body_consts = jax.closure_convert(body, init)
+    cond_c, cond_consts = jax.closure_convert(cond, init)
+
+    def bounded(c0: Any, bc: Any, cc: Any) -> Any:
+        return eqxi.while_loop(
+            lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0, max_steps=max_steps, kind="bounded"
+        )
+
+    @jax.custom_jvp
+    def run(c0: Any, bc: Any, cc: Any) -> Any:
+        # (the body's own condition bounds the attempts: no extra step counter)
+        return jax.lax.while_loop(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0)
+
+    @run.defjvp
+    def run_jvp(primals: Any, tangents: Any) -> Any:
+        return jax.jvp(bounded, primals, tangents)
+
+    return run(init, tuple(body_consts), tuple(cond_consts))
+
+
+WhileLoop = Callable[..., Any]
+
+
+def make_while_loop(loop: str, checkpoints: int | None) -> WhileLoop:
+    """``while_loop(cond, body, init, max_steps, buffers=None)`` of the kind ``simulate(loop=...)`` asks for.
+
+    ``"bounded"``: :func:`while_fast_primal` (loops with ``buffers``, the saving loop's, use the bounded
+    loop directly: equinox's buffers need it). ``"checkpointed"``: equinox's checkpointed loop with
+    ``checkpoints`` saved states for reverse mode (no forward mode).
+    """
+
+    def while_loop(cond: Any, body: Any, init: Any, max_steps: int, buffers: Any = None) -> Any:
+        if loop == "bounded" and buffers is None:
+            return while_fast_primal(cond, body, init, max_steps)
+        if loop == "checkpointed":
+            return eqxi.while_loop(
+                cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=checkpoints, buffers=buffers
+            )
+        return eqxi.while_loop(cond, body, init, max_steps=max_steps, kind="bounded", buffers=buffers)
+
+    return while_loop

@@ -1,0 +1,183 @@
+"""What a simulation returns: its status, Drake's statistics and the :class:`SimulationResult`.
+
+* :class:`Status`: the outcome of a run, an enumeration whose values are the messages a user reads
+  (as Diffrax's ``RESULTS``); inside the loop a status travels as its integer :attr:`Status.code`.
+* :class:`IntegratorStatistics` and :class:`SimulatorStatistics`: Drake's statistics, as arrays.
+* :class:`SimulationResult`: the final context, the recorded values, statistics, status and logs.
+* :class:`LoopOutput`: what a stepping loop hands back to :func:`~jaxsys.simulate` (internal).
+
+Imports: the framework (Context, errors) and :mod:`.event_loop` (``PublishLog``) only.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from ..framework.context import Context
+from ..framework.errors import JaxsysError
+from .event_loop import PublishLog
+
+
+Array = jax.Array
+
+
+class Status(enum.Enum):
+    """The outcome of a simulation; each value is the message a user reads.
+
+    ``result.status`` holds the integer :attr:`code` (an array, so it works under ``jit`` and
+    ``vmap``); :meth:`SimulationResult.message` turns it back into text.
+    """
+
+    OK = "ok"
+    MAX_STEPS = (
+        "The maximum number of integrator step attempts (integrator max_steps) was reached "
+        "before t_final. Increase max_steps, or loosen target_accuracy."
+    )
+    MIN_STEP = (
+        "Error control wants to select a step smaller than the minimum allowed "
+        "(requested_minimum_step_size, or the working minimum ~1e-14 t). This is typically an indication that "
+        "some part of your system with continuous state is going unstable and/or is producing excessively "
+        "large derivatives."
+    )
+    NONFINITE = "The continuous state became NaN or infinite."
+
+    @property
+    def code(self) -> int:
+        """The integer stored in ``SimulationResult.status`` (0 = ok)."""
+        return _CODES[self]
+
+    @classmethod
+    def from_code(cls, code: Any) -> Status:
+        """The status of an integer code (a concrete, unbatched value)."""
+        return list(cls)[int(code)]
+
+
+_CODES = {s: i for i, s in enumerate(Status)}
+
+STATUS_OK = Status.OK.code
+STATUS_MAX_STEPS = Status.MAX_STEPS.code
+STATUS_MIN_STEP = Status.MIN_STEP.code
+STATUS_NONFINITE = Status.NONFINITE.code
+STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
+"""Status code -> the message a user reads (the values of :class:`Status`)."""
+
+
+class IntegratorStatistics(eqx.Module):
+    """Drake's integrator statistics, as arrays (available after a jitted run).
+
+    ``smallest_adapted_step_size_taken`` is NaN in fixed-step mode (Drake: not applicable).
+    """
+
+    num_steps_taken: Array
+    num_derivative_evaluations: Array
+    num_step_shrinkages_from_error_control: Array
+    num_substep_failures: Array
+    num_step_shrinkages_from_substep_failures: Array
+    smallest_adapted_step_size_taken: Array
+    largest_step_size_taken: Array
+    actual_initial_step_size_taken: Array
+    previous_integration_step_size: Array
+    num_step_attempts: Array
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain Python numbers, keyed by Drake's names."""
+        return {k: np.asarray(getattr(self, k)).item() for k in self.__dataclass_fields__}
+
+
+def make_statistics(
+    *,
+    steps: Array,
+    attempts: Array,
+    evaluations: Array,
+    shrinkages: Array,
+    substep_failures: Array,
+    smallest: Array,
+    largest: Array,
+    initial: Array,
+    previous: Array,
+) -> IntegratorStatistics:
+    """IntegratorStatistics from the loop's short names (a sub-step failure shrinks the step once)."""
+    return IntegratorStatistics(
+        num_steps_taken=steps,
+        num_derivative_evaluations=evaluations,
+        num_step_shrinkages_from_error_control=shrinkages,
+        num_substep_failures=substep_failures,
+        num_step_shrinkages_from_substep_failures=substep_failures,
+        smallest_adapted_step_size_taken=smallest,
+        largest_step_size_taken=largest,
+        actual_initial_step_size_taken=initial,
+        previous_integration_step_size=previous,
+        num_step_attempts=attempts,
+    )
+
+
+class SimulatorStatistics(eqx.Module):
+    """Drake's simulator statistics: steps, and how many times each kind of event was dispatched
+    (simultaneous events of one kind count once, as in Drake)."""
+
+    num_steps_taken: Array
+    num_publishes: Array
+    num_discrete_updates: Array
+    num_unrestricted_updates: Array
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain Python numbers."""
+        return {k: int(np.asarray(getattr(self, k))) for k in self.__dataclass_fields__}
+
+
+class SimulationResult(eqx.Module):
+    """The result of :func:`~jaxsys.simulate`.
+
+    **Fields:**
+    - `context`: the final context (time ``t_final``).
+    - `ts`: the ``save_at`` times, shape ``(n,)``.
+    - `ys`: the recorded values at ``ts`` (the ``record`` function's pytree with a leading axis n).
+    - `stats`: :class:`IntegratorStatistics`.
+    - `status`: 0 ok; else the code of a :class:`Status` (messages in :data:`STATUS_MESSAGES`).
+    - `publish_logs`: one :class:`PublishLog` per per-step or periodic publish event, in the order
+      of ``system``'s events (use :meth:`get_publish_log`).
+    - `simulator_stats`: Drake's simulator statistics (steps, publishes, updates).
+    - `initialization_publishes`: the values recorded by initialization publish events.
+    """
+
+    def get_publish_log(self, event: Any) -> PublishLog:
+        """The log of one publish event (an Event, or its name)."""
+        for log in self.publish_logs:
+            if (log.name == event) if isinstance(event, str) else (log.event_uid == event.uid):
+                return log
+        raise JaxsysError(
+            f"No publish log for {event!r}; logs are kept for per-step and periodic publish events: "
+            f"{[log.name for log in self.publish_logs]}."
+        )
+
+    context: Context
+    ts: Array
+    ys: Any
+    stats: IntegratorStatistics
+    status: Array
+    publish_logs: tuple[PublishLog, ...] = ()
+    simulator_stats: SimulatorStatistics | None = None
+    initialization_publishes: Any = ()
+
+    def message(self) -> str:
+        """The status as text (for a concrete, unbatched result)."""
+        return STATUS_MESSAGES[int(self.status)]
+
+
+class LoopOutput(NamedTuple):
+    """What a stepping loop (:mod:`.fixed_step` or :mod:`.stepping`) returns; :func:`~jaxsys.simulate`
+    checks it and builds the :class:`SimulationResult`."""
+
+    t: Array
+    x: Array
+    ys: Any
+    stats: IntegratorStatistics
+    status: Array
+    rest: Any = None  # discrete and abstract state, for systems with events
+    logs: Any = ()
+    counts: Any = None  # [publishes, discrete updates, unrestricted updates]

@@ -1,0 +1,291 @@
+"""The entry point: ``simulate(system, context, t_final, ...)``, pure and jit-able.
+
+``simulate`` checks its inputs, runs the initialization events, then hands one :class:`~.loops.Run`
+to one of two loops and builds the :class:`~.results.SimulationResult` from what it returns:
+
+* fixed-step runs whose step count is known while tracing: a ``lax.scan`` (:mod:`.fixed_step`);
+* everything else (error control, witnesses, times known only at run time): the while loop of step
+  attempts of :mod:`.stepping`, which follows Drake's ``Simulator::Step``, with step-size control
+  from :mod:`.step_size`, saving from :mod:`.recording` and witness isolation from
+  :mod:`.witness_isolation`.
+
+Problems are never silent: exceeding ``max_steps``, a step below the minimum, or a non-finite state
+sets ``result.status``; with ``throw=True`` (default) an error is raised (``equinox.error_if``, so it
+works inside ``jit``).
+
+Imports: the framework and every analysis module of the loop (this is the top of the loop's imports;
+:mod:`.simulator` builds on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..framework.context import Context
+from ..framework.errors import JaxsysError
+from ..framework.events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, TriggerType
+from ..framework.system import System
+from .event_loop import EventProgram, get_rest, set_rest
+from .fixed_step import FixedStepScan, plan_fixed_steps
+from .integrators import IntegratorBase, RungeKutta3Integrator
+from .loop_state import EventCarry
+from .loops import Run, make_while_loop
+from .progress import AbstractProgressMeter, NoProgressMeter
+from .recording import check_save_times, concrete
+from .results import STATUS_MESSAGES, STATUS_OK, LoopOutput, SimulationResult, SimulatorStatistics
+from .stepping import StepLoop
+
+
+Array = jax.Array
+
+ROLLED_STAGES_MIN_LEAVES = 16  # larger diagrams evaluate Runge-Kutta stages in a loop (compile once)
+
+
+def _default_record(context: Context) -> Array:
+    return context.get_continuous_state_vector()
+
+
+def simulate(
+    system: System,
+    context: Context,
+    t_final: float | Array,
+    integrator: IntegratorBase | None = None,
+    save_at: Any = None,
+    record: Callable[[Context], Any] | None = None,
+    throw: bool = True,
+    start_time: float | None = None,
+    progress_meter: AbstractProgressMeter | None = None,
+    initialize: bool = True,
+    updates_at_start: bool = True,
+    log_capacity: int = 10_000,
+    witness_iterations: int = 40,
+    loop: str = "bounded",
+    checkpoints: int | None = None,
+    dense_output: bool = False,
+) -> SimulationResult:
+    """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
+
+    **Arguments:**
+    - `system`: any System or Diagram.
+    - `context`: its context at the start time (``context.get_time()``).
+    - `t_final`: end time, s.
+    - `integrator`: an integrator module (default: Drake's default, ``RungeKutta3Integrator`` with
+      ``max_step_size=0.1`` and target accuracy 1e-4, as in Drake's ``SimulatorConfig``).
+    - `save_at`: increasing times in [t0, t_final] at which to record (default: none).
+    - `record`: ``f(context) -> pytree`` recorded at ``save_at`` (default: the continuous state
+      vector). Use it to record outputs, e.g. ``lambda c: diagram.get_output_port(0).eval(c)``.
+    - `throw`: raise on failure (default); if False, inspect ``result.status``.
+    - `initialize`: run initialization events first, and publishes due at the start (Drake's
+      ``Simulator::Initialize``). Pass False to continue from the final context of an earlier run.
+    - `updates_at_start`: perform the updates due exactly at the start time (Drake does, in the
+      first step). False after :func:`advance_pending_events` already did them.
+    - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
+      from their period and the horizon when those are known while tracing).
+    - `witness_iterations`: precision of witness isolation: the state lands (step size) *
+      2**-witness_iterations past the crossing found by regula falsi on trial steps (default 40:
+      ~1e-12 of the step), or at the first of a few wider margins where the witness has triggered.
+    - `loop`: how the variable-length (error-controlled or event-driven) loop is built:
+      ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work; evaluated
+      without differentiation it runs as a plain ``lax.while_loop``) or
+      ``"checkpointed"`` (reverse mode keeps only ``checkpoints`` saved states, recomputing the rest:
+      for very long horizons whose ``grad`` would not fit in memory; forward-mode ``jvp``/``jacfwd``
+      is not available with it). Fixed-step runs with a static step count are a ``lax.scan`` either way.
+    - `checkpoints`: for ``loop="checkpointed"`` (default: equinox's, about log(max_steps)).
+    - `dense_output`: record ``save_at`` values from the integrator's continuous extension of each
+      step (Dormand-Prince: its 4th-order interpolant; other explicit Runge-Kutta methods: cubic
+      Hermite) instead of truncating steps to land on them (the default, as Drake's ``AdvanceTo``
+      does). The step sequence then does not depend on the save times. Explicit Runge-Kutta
+      integrators, systems without events.
+    - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
+      none; see :mod:`jaxsys.analysis.progress`).
+    - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
+      the start time the static step plan (a ``lax.scan`` of known length) assumes. Default 0.0;
+      a context that starts elsewhere raises an error instead of giving wrong times.
+
+    **Returns:** a :class:`SimulationResult`. Works under ``jax.jit`` (make ``system`` and
+    ``integrator`` static, e.g. with ``eqx.filter_jit``), ``jax.vmap`` over contexts, and
+    ``jax.grad`` / ``jax.jvp`` with respect to anything numeric in the context.
+    """
+    if integrator is None:
+        integrator = RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
+    _check_inputs(system, context, integrator, t_final, save_at, loop, dense_output)
+    program = EventProgram(system)
+    if dense_output and program:
+        raise JaxsysError(
+            f"simulate: dense_output=True is not available for systems with events or witness functions "
+            f"(System {system.get_system_id_string()} has some): an event changes the state within the step "
+            f"the interpolant spans. Leave dense_output off: save_at times are then reached by stepping."
+        )
+    t0 = context.get_time()
+    dtype = t0.dtype
+    ts = jnp.zeros((0,), dtype) if save_at is None else jnp.asarray(save_at, dtype).reshape(-1)
+    c_t0, c_tf = concrete(t0), concrete(t_final)
+    init_values: Any = ()
+    events = None
+    if program:
+        context, init_values, events = _start_events(
+            program, context, initialize, updates_at_start, c_t0, c_tf, log_capacity
+        )
+    progress = progress_meter if progress_meter is not None else NoProgressMeter()
+    run = _make_run(system, context, integrator, record or _default_record, t_final, ts, progress)
+    fixed = integrator.get_fixed_step_mode()
+    plan = None
+    t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
+    events_fit_scan = not program or (not program.witnesses and program.aligned(t0_plan, integrator.max_step_size))
+    if fixed and events_fit_scan:
+        c_ts = np.zeros(0) if save_at is None else concrete(save_at)
+        plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts)
+    if plan is not None:
+        scan_events = events + (updates_at_start,) if program else None
+        raw = FixedStepScan(run, *plan, scan_events).simulate()
+    else:
+        events0: EventCarry | tuple[()] = ()
+        if program:
+            _, k0, logs0, rest0, counts0 = events
+            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, program.no_witness_flags())
+        stepper = StepLoop(run, fixed, program, witness_iterations, dense_output, make_while_loop(loop, checkpoints))
+        raw = stepper.simulate(events0)
+    progress.close(run.aux["progress"][1], raw.t)
+    # a fixed-step plan made for an assumed start time is checked against the traced one
+    planned_t0 = (t0, t0_plan) if plan is not None and c_t0 is None else None
+    return _finish(run, raw, program, init_values, throw, planned_t0)
+
+
+def _check_inputs(
+    system: System,
+    context: Context,
+    integrator: IntegratorBase,
+    t_final: Any,
+    save_at: Any,
+    loop: str,
+    dense_output: bool,
+) -> None:
+    """Eager checks of simulate's arguments (those whose values are known while tracing)."""
+    if not isinstance(system, System):
+        raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
+    system.validate_context(context)
+    if not isinstance(integrator, IntegratorBase):
+        raise JaxsysError(f"simulate: integrator must be an IntegratorBase, got {type(integrator).__name__}.")
+    if save_at is not None:
+        check_save_times(save_at, t_final)
+    c_t0, c_tf = concrete(context.get_time()), concrete(t_final)
+    if c_t0 is not None and c_tf is not None and c_tf < c_t0:
+        raise JaxsysError(
+            f"simulate: t_final={float(c_tf)} is before the context's time {float(c_t0)} (Drake: "
+            f"'boundary_time >= context->get_time()' failed)."
+        )
+    if dense_output and not integrator.supports_dense_output():
+        raise JaxsysError(
+            f"simulate: dense_output=True needs an integrator with a continuous extension (the explicit "
+            f"Runge-Kutta ones); {type(integrator).__name__} has none. Leave dense_output off: save_at "
+            f"times are then reached by stepping to them."
+        )
+    if loop not in ("bounded", "checkpointed"):
+        raise JaxsysError(f"simulate: loop must be 'bounded' or 'checkpointed'; got {loop!r}.")
+
+
+def _start_events(
+    program: EventProgram,
+    context: Context,
+    initialize: bool,
+    updates_at_start: bool,
+    c_t0: Any,
+    c_tf: Any,
+    log_capacity: int,
+) -> tuple[Context, Any, tuple[Any, ...]]:
+    """Drake's ``Simulator::Initialize`` (when ``initialize``): initialization updates and publishes,
+    then the per-step and periodic publishes due at the start. Returns the context, the
+    initialization publish values, and ``(program, periodic counters, logs, rest, counts)``."""
+    t0 = context.get_time()
+    init_values: Any = ()
+    if initialize:
+        context, init_values = program.initialize(context)
+    program.bind_witnesses(context)
+    k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
+    logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
+    n_p0 = jnp.zeros((), jnp.int32)
+    if initialize:
+        # per-step publishes and periodic publishes due at the start time belong to Initialize
+        k0, logs0, n_p0 = program.publishes(context, k0, jnp.array(True), logs0)
+        n_p0 = n_p0 + int(bool(program.by[(TriggerType.INITIALIZATION, PUBLISH)]))
+    n_init_d = int(bool(initialize and program.by[(TriggerType.INITIALIZATION, DISCRETE_UPDATE)]))
+    n_init_u = int(bool(initialize and program.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]))
+    counts0 = jnp.stack([n_p0, jnp.asarray(n_init_d, jnp.int32), jnp.asarray(n_init_u, jnp.int32)])
+    return context, init_values, (program, k0, logs0, get_rest(context), counts0)
+
+
+def _make_run(
+    system: System,
+    context: Context,
+    integrator: IntegratorBase,
+    record: Callable[[Context], Any],
+    t_final: Any,
+    ts: Array,
+    progress: AbstractProgressMeter,
+) -> Run:
+    """The :class:`~.loops.Run` bundle: the vector field and what integrators need besides it."""
+    t0 = context.get_time()
+    t_final_arr = jnp.asarray(t_final, t0.dtype)
+    cs = context.get_continuous_state()
+
+    def ctx_at(t: Array, x: Array) -> Context:
+        return context.with_time(t).with_continuous_state(x)
+
+    aux = {
+        "num_q": cs.num_q,
+        "num_v": cs.num_v,
+        "v_to_qdot": lambda t, x, v: system._map_raw(ctx_at(t, x), v, "v_to_qdot"),
+        # Large diagrams: evaluate RK stages in a loop so the dynamics are traced and compiled once.
+        "rolled": context._num_leaves() > ROLLED_STAGES_MIN_LEAVES,
+        "progress": (progress, progress.start(t0, t_final_arr)),
+    }
+    f = system._derivative_function(context)
+    return Run(system, context, integrator, f, aux, record, cs.x, t0, t_final_arr, ts)
+
+
+def _finish(
+    run: Run,
+    raw: LoopOutput,
+    program: EventProgram,
+    init_values: Any,
+    throw: bool,
+    planned_t0: tuple[Array, float] | None,
+) -> SimulationResult:
+    """Check the loop's output (errors inside jit) and build the SimulationResult.
+
+    Checks are attached to the few arrays a caller uses (final state, recorded values, status), not
+    to the whole context: a diagram's context has arrays for every leaf."""
+    checked = (raw.t, raw.x, raw.ys, raw.status)
+    if planned_t0 is not None:
+        # The static step plan assumed a start time; a traced context must really start there.
+        t0, t0_plan = planned_t0
+        checked = eqx.error_if(
+            checked,
+            jnp.any(t0 != t0_plan),
+            f"simulate: this fixed-step run was compiled for a start time of {t0_plan} s (the context's time "
+            f"is traced, so the step count was planned from start_time); the context starts elsewhere. Pass "
+            f"start_time=<the context's time> to simulate.",
+        )
+    if throw:
+        checked = eqx.branched_error_if(
+            checked,
+            raw.status != STATUS_OK,
+            raw.status,
+            [STATUS_MESSAGES[i] for i in range(len(STATUS_MESSAGES))],
+        )
+    t_end, x_end, ys, status = checked
+    final = run.context.with_time(t_end).with_continuous_state(x_end)
+    if program:
+        final = set_rest(final, raw.rest)
+        counts = raw.counts
+        sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, counts[0], counts[1], counts[2])
+    else:
+        zero = jnp.zeros((), jnp.int32)
+        sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, zero, zero, zero)
+    return SimulationResult(final, run.ts, ys, raw.stats, status, tuple(raw.logs), sim_stats, init_values)

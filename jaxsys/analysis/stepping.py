@@ -1,0 +1,413 @@
+"""The stepping loop: error-controlled and event-driven simulation as one while loop of step attempts.
+
+This follows Drake's ``Simulator::Step`` (simulator.h), in the order the code below takes it. One
+*step* starts at time t with state x and runs:
+
+1. **Start-of-step updates** (once per step, not again after a rejected attempt): the unrestricted
+   updates, then the discrete updates, due at t (per-step events, periodic events whose next time is
+   t, and the update events of witnesses that triggered at the end of the previous step).
+   :meth:`StepLoop.start_of_step`.
+2. **Choose the step**: at most to the *boundary*, the earliest of the next periodic event time, the
+   loop's target (the next save time, or ``t_final``); error control's step otherwise, with Drake's
+   truncation and stretch rules (``IntegrateAtMost``). :func:`~.step_size.choose_step`.
+3. **Attempt the step** with the integrator (reusing the first stage from the previous step's last,
+   "first same as last", when the method allows it and no update changed the state).
+   :meth:`StepLoop.attempt`.
+4. **Accept or reject** it: fixed steps are accepted if finite; error control compares the weighted
+   error norm with the accuracy, adjusts the next step (``CalcAdjustedStepSize``), and counts
+   shrinkages and sub-step failures. A rejected attempt retries the same step (go to 2).
+   :func:`~.step_size.error_control`.
+5. **Witnesses**: if a witness function changed sign in its direction over the accepted step, the step
+   is cut back to just past its first crossing (:func:`~.witness_isolation.isolate_crossing`); the
+   witness's update events become pending for the next step's start, its publish events fire in 7.
+   :meth:`StepLoop.isolate_witnesses`.
+6. **Advance time** to the step's end and record the statistics. :meth:`StepLoop.commit`.
+7. **End-of-step publishes** at the new time: per-step publishes, periodic publishes due then, and
+   triggered witnesses' publishes, written into the publish logs. :meth:`StepLoop.end_of_step`.
+
+Updates due exactly at the end time stay pending (Drake's ``AdvanceTo``); the next run (or
+``advance_pending_events``) performs them. The loop is a ``lax.while_loop`` when evaluated and
+equinox's bounded loop when differentiated (:func:`~.loops.while_fast_primal`); it stops when time
+reaches the target, when the status is not ok, or after ``max_steps`` attempts.
+
+Imports: the framework, :mod:`.event_loop`, :mod:`.integrators.base`, :mod:`.loop_state`,
+:mod:`.loops`, :mod:`.recording`, :mod:`.results`, :mod:`.step_size`, :mod:`.witness_isolation`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..framework.context import Context
+from .event_loop import EventProgram, get_rest, set_rest
+from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState
+from .loops import Run, WhileLoop
+from .recording import initial_saves, record_buffer, run_with_saving
+from .results import STATUS_MAX_STEPS, STATUS_OK, LoopOutput, make_statistics
+from .step_size import StepChoice, Verdict, choose_step, error_control
+from .witness_isolation import isolate_crossing
+
+
+Array = jax.Array
+
+
+class StepStart(NamedTuple):
+    """The state of one step after its start-of-step updates (step 1), and what the step needs.
+
+    **Fields:** `x` (the continuous state after the updates), `events` (the event carry after them),
+    `f` (the vector field at the updated discrete state), `aux` (the integrator's auxiliary data),
+    `make_ctx(t, x)` (a context at the updated discrete state), `boundary` (the step may not pass it),
+    `updated` (whether any update ran: the first-same-as-last stage is then stale), `n_u`, `n_d`
+    (unrestricted and discrete updates dispatched, 0 or 1).
+    """
+
+    x: Array
+    events: EventCarry | tuple[()]
+    f: Callable[[Array, Array], Array]
+    aux: Any
+    make_ctx: Callable[[Array, Array], Context]
+    boundary: Array
+    n_u: Array
+    n_d: Array
+
+
+class Attempt(NamedTuple):
+    """An attempted step (step 3): the new state, the error estimate, the method's own ``ok``, the
+    end-point derivative (first same as last), the interpolation data (dense output), the first stage
+    used, and derivative evaluations spent outside the method's stages."""
+
+    x_new: Array
+    err: Array
+    ok: Array
+    k_end: Any
+    interp: Any
+    k_first: Any
+    extra_evaluations: Array
+
+
+class StepLoop:
+    """The static configuration of one run's stepping loop and the pure functions of its steps.
+
+    **Arguments:**
+    - `run`: the :class:`~.loops.Run` bundle.
+    - `fixed`: fixed-step mode (steps on a grid) instead of error control.
+    - `program`: the system's :class:`~.event_loop.EventProgram`, or None without events.
+    - `witness_iterations`: isolation precision (see :func:`~jaxsys.simulate`).
+    - `dense`: dense output (keep the last step's interpolation data).
+    - `while_loop`: the loop flavour (:func:`~.loops.make_while_loop`).
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        fixed: bool,
+        program: EventProgram | None,
+        witness_iterations: int,
+        dense: bool,
+        while_loop: WhileLoop,
+    ) -> None:
+        self.run = run
+        self.fixed = fixed
+        self.program = program if program else None
+        self.witness_iterations = witness_iterations
+        self.dense = dense
+        self.while_loop = while_loop
+        self.integrator = run.integrator
+        self.fsal = run.integrator.uses_fsal()
+        self.has_state = run.x0.shape[0] > 0
+        self.meter, self.token = run.aux["progress"]
+
+    # ----- the carry ---------------------------------------------------------------------------
+    def initial_state(self, events0: EventCarry | tuple[()]) -> LoopState:
+        """The carry at the start: time t0, the integrator's first step, no statistics yet."""
+        run, integrator = self.run, self.integrator
+        x0, t0, dtype = run.x0, run.t0, run.t0.dtype
+        h0 = integrator.get_initial_step_size_target()
+        extra = 0
+        if self.fsal and self.program is not None:
+            fsal: Fsal | tuple[()] = Fsal(jnp.zeros_like(x0), jnp.array(False))
+        elif self.fsal:
+            fsal, extra = Fsal(run.f(t0, x0), jnp.array(True)), 1
+        else:
+            fsal = ()
+        dense: DenseStep | tuple[()] = ()
+        if self.dense:
+            k_first = fsal.k if self.fsal else None
+            shapes = jax.eval_shape(
+                lambda: integrator.attempt_step_dense(run.f, t0, x0, jnp.asarray(h0, dtype), run.aux, k_first, t0)
+            )
+            data = shapes[4]
+            dense = DenseStep(t0, jnp.zeros((), dtype), x0, x0, jnp.zeros(data.shape, data.dtype))
+        grid = FixedGrid(t0, jnp.zeros((), jnp.int32)) if self.fixed else ()
+        return LoopState(x0, Clock.start(t0, h0), Counters.start(extra), grid, events0, fsal, dense)
+
+    def running(self, s: LoopState) -> Array:
+        """The run goes on: status ok and attempts left."""
+        return (s.counters.status == STATUS_OK) & (s.counters.attempts < self.integrator.max_steps)
+
+    def context_at(self, s: LoopState, t: Array, x: Array) -> Context:
+        """The context of loop state ``s`` at time ``t`` and continuous state ``x``."""
+        base = self.run.context.with_time(t).with_continuous_state(x)
+        return set_rest(base, s.events.rest) if self.program is not None else base
+
+    # ----- one step attempt (the loop body) ------------------------------------------------------
+    def step(self, target: Array, s: LoopState) -> LoopState:
+        """One attempt of Drake's Step toward ``target`` (see the module docstring for 1-7)."""
+        t = s.clock.t
+        self.meter.update(self.token, t, s.counters.attempts)
+        start = self.start_of_step(s, jnp.minimum(target, self.run.t_final))  # 1
+        choice = choose_step(self.integrator, self.fixed, t, start.boundary, s.clock.h_try, s.grid, self.has_state)
+        attempt = self.attempt(s, start, choice)  # 3
+        verdict = error_control(  # 4
+            self.run.system,
+            self.integrator,
+            self.fixed,
+            self.has_state,
+            self.run.aux["num_q"],
+            self.run.aux["num_v"],
+            lambda: start.make_ctx(choice.t_new, attempt.x_new),
+            t,
+            choice.h,
+            attempt.x_new,
+            attempt.err,
+            attempt.ok,
+            s.clock.h_try,
+            s.counters.at_minimum,
+            s.counters.status,
+            choice.limited,
+        )
+        *landing, w_now = self.isolate_witnesses(t, start, choice, attempt.x_new, verdict.accept)  # 5
+        new = self.commit(s, start, choice, attempt, verdict, tuple(landing))  # 6
+        return self.end_of_step(new, start, verdict.accept, w_now)  # 7
+
+    def start_of_step(self, s: LoopState, boundary: Array) -> StepStart:
+        """Step 1: the start-of-step updates (skipped when the last attempt was rejected: the step is
+        already open), and the boundary the step may not pass."""
+        run, program = self.run, self.program
+        t, x = s.clock.t, s.x
+        zero = jnp.zeros((), jnp.int32)
+        if program is None:
+
+            def plain_ctx(tt: Array, xx: Array) -> Context:
+                return run.context.with_time(tt).with_continuous_state(xx)
+
+            return StepStart(x, (), run.f, run.aux, plain_ctx, boundary, zero, zero)
+        ev = s.events
+        base = set_rest(run.context.with_time(t).with_continuous_state(x), ev.rest)
+        base, k_ev, n_u, n_d = program.updates(base, ev.periodic, ~ev.step_open, ev.witness_pending)
+        rest = get_rest(base)
+        aux = dict(run.aux)
+        aux["v_to_qdot"] = lambda tt, xx, v: run.system._map_raw(
+            base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
+        )
+
+        def make_ctx(tt: Array, xx: Array) -> Context:
+            return set_rest(run.context.with_time(tt).with_continuous_state(xx), rest)
+
+        # witness updates pending from the last step are consumed by this step's updates
+        events = ev._replace(rest=rest, periodic=k_ev, witness_pending=ev.witness_pending & ev.step_open)
+        # a step never jumps over a periodic event: it is truncated to land on it
+        boundary = jnp.minimum(boundary, program.next_event_time(k_ev, t.dtype))
+        x = base.get_continuous_state_vector()
+        return StepStart(x, events, run.system._derivative_function(base), aux, make_ctx, boundary, n_u, n_d)
+
+    def attempt(self, s: LoopState, start: StepStart, choice: StepChoice) -> Attempt:
+        """Step 3: one step of the integrator from the updated state."""
+        integrator, t, x, h = self.integrator, s.clock.t, start.x, choice.h
+        extra = jnp.zeros((), jnp.int32)
+        k1: Any = None
+        if self.fsal:
+            k1, valid = s.fsal
+            if self.program is not None:
+                # updates at the start of this step change the state or the dynamics
+                valid = valid & (start.n_u + start.n_d == 0)
+                k1 = jax.lax.cond(valid, lambda: k1, lambda: start.f(t, x))
+                extra = (~valid).astype(jnp.int32)
+        if self.dense:
+            x_new, err, ok, k_end, interp = integrator.attempt_step_dense(start.f, t, x, h, start.aux, k1, choice.t_new)
+        elif self.fsal:
+            x_new, err, ok, k_end = integrator.attempt_step_fsal(start.f, t, x, h, start.aux, k1, choice.t_new)
+            interp = None
+        else:
+            x_new, err, ok = integrator.attempt_step(start.f, t, x, h, start.aux)
+            k_end = interp = None
+        return Attempt(x_new, err, ok, k_end, interp, k1, extra)
+
+    def isolate_witnesses(
+        self, t: Array, start: StepStart, choice: StepChoice, x_new: Array, accept: Array
+    ) -> tuple[Array, Array, Array, Array, Any]:
+        """Step 5: cut an accepted step from ``t`` back to just past the first witness crossing in it.
+
+        Returns the step's end time, whether it reaches the boundary, its end state, whether it was cut,
+        and per witness whether it triggered (None without events)."""
+        program = self.program
+        if program is None or not program.witnesses:
+            w_now = program.no_witness_flags() if program is not None else None
+            return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), w_now
+        w0 = program.witness_values(start.make_ctx(t, start.x))
+        w1 = program.witness_values(start.make_ctx(choice.t_new, x_new))
+        trig = program.triggered(w0, w1) & accept
+        isolated = jnp.any(trig)
+        t_new, x_new, w_now = jax.lax.cond(
+            isolated,
+            lambda: isolate_crossing(
+                program,
+                self.integrator,
+                start.f,
+                start.aux,
+                start.make_ctx,
+                t,
+                start.x,
+                choice.h,
+                w0,
+                w1,
+                self.witness_iterations,
+            ),
+            lambda: (choice.t_new, x_new, trig),
+        )
+        return t_new, choice.reaches_boundary & ~isolated, x_new, isolated, w_now & accept
+
+    def commit(
+        self,
+        s: LoopState,
+        start: StepStart,
+        choice: StepChoice,
+        attempt: Attempt,
+        verdict: Verdict,
+        landing: tuple[Array, Array, Array, Array],
+    ) -> LoopState:
+        """Step 6: time, state and statistics after the attempt (the state is unchanged if rejected).
+
+        ``landing``: where the step ended after step 5 (time, reaches the boundary, state, isolated)."""
+        t_new, reaches_boundary, x_new, isolated = landing
+        accept, h, clock = verdict.accept, choice.h, s.clock
+        acc_i = accept.astype(jnp.int32)
+        c = s.counters
+        counters = c.replace(
+            steps=c.steps + acc_i,
+            attempts=c.attempts + 1,
+            shrinkages=c.shrinkages + verdict.shrinkage,
+            substep_failures=c.substep_failures + verdict.failure,
+            status=verdict.status,
+            at_minimum=verdict.at_minimum,
+            extra_evaluations=c.extra_evaluations + attempt.extra_evaluations,
+        )
+        smallest = clock.smallest
+        if not self.fixed:
+            h_max = start.boundary - clock.t
+            smallest = jnp.where(accept & (jnp.isnan(smallest) | ((h < smallest) & (h < h_max))), h, smallest)
+        # a step limited by a boundary, a Newton failure or a witness does not set the ideal step
+        limited = verdict.limited | isolated
+        h_ideal = jnp.where(accept & ~limited, verdict.h_next, clock.h_ideal)
+        new_clock = clock.replace(
+            smallest=smallest,
+            largest=jnp.where(accept, jnp.maximum(clock.largest, h), clock.largest),
+            initial=jnp.where(accept & jnp.isnan(clock.initial), h, clock.initial),
+            previous=jnp.where(accept, h, clock.previous),
+            h_try=jnp.where(accept, h_ideal, verdict.h_next),
+            h_ideal=h_ideal,
+            t=jnp.where(accept, t_new, clock.t),
+        )
+        x_acc = jnp.where(accept, x_new, start.x)
+        dense = s.dense
+        if self.dense:
+            new_step = DenseStep(clock.t, h, start.x, x_new, attempt.interp)
+            dense = jax.tree_util.tree_map(lambda a, b: jnp.where(accept, a, b), new_step, s.dense)
+        grid = s.grid
+        if self.fixed:
+            at_b = accept & (reaches_boundary | isolated)  # fixed steps restart from a witness time
+            grid = FixedGrid(jnp.where(at_b, t_new, grid.origin), jnp.where(at_b, 0, grid.steps_since + acc_i))
+        fsal = s.fsal
+        if self.fsal:
+            # the end-point derivative starts the next step; a rejected step keeps the start's; a step
+            # cut short at a witness crossing has neither
+            fsal = Fsal(jnp.where(accept, attempt.k_end, attempt.k_first), ~(accept & isolated))
+        return LoopState(x_acc, new_clock, counters, grid, start.events, fsal, dense)
+
+    def end_of_step(self, s: LoopState, start: StepStart, accept: Array, w_now: Any) -> LoopState:
+        """Step 7: publishes at the new time (if the attempt was accepted), including those of the
+        witnesses that triggered; their update events become pending for the next step's start."""
+        if self.program is None:
+            return s
+        ev = s.events
+        after = start.make_ctx(s.clock.t, s.x)
+        k_ev, logs, n_p = self.program.publishes(after, ev.periodic, accept, ev.logs, w_now)
+        events = EventCarry(
+            rest=ev.rest,
+            periodic=k_ev,
+            logs=logs,
+            step_open=~accept,
+            counts=ev.counts + jnp.stack([n_p, start.n_d, start.n_u]),
+            witness_pending=jnp.where(accept, w_now, ev.witness_pending),
+        )
+        return s._replace(events=events)
+
+    # ----- the loops -----------------------------------------------------------------------------
+    def advance(self, s: LoopState, target: Array) -> LoopState:
+        """Step until time reaches ``target`` (a save time or ``t_final``), or the run fails.
+
+        Stepping to save times (Drake's AdvanceTo), the target is a boundary a step lands on; with
+        dense output it is not: the loop stops after the step that passes it."""
+        body_target = self.run.t_final if self.dense else target
+
+        def body(c: LoopState) -> LoopState:
+            return self.step(body_target, c)
+
+        def cond(c: LoopState) -> Array:
+            return (c.clock.t < target) & self.running(c)
+
+        return self.while_loop(cond, body, s, self.integrator.max_steps)
+
+    def simulate(self, events0: EventCarry | tuple[()]) -> LoopOutput:
+        """Run from the start to ``t_final``, saving at the save times; the loop's output."""
+        run = self.run
+        n_save = int(run.ts.shape[0])
+        s0 = self.initial_state(events0)
+        if n_save:
+            interpolate = self.integrator.interpolate if self.dense else None
+            saves0 = initial_saves(run.record, run.context, run.ts, run.t0)
+            s, (n_saved, buf) = run_with_saving(
+                s0,
+                run.ts,
+                run.t_final,
+                self.advance,
+                self.running,
+                self.context_at,
+                run.record,
+                saves0,
+                self.while_loop,
+                interpolate,
+            )
+            unfinished = (s.clock.t < run.t_final) | (n_saved < n_save)
+        else:
+            s = self.advance(s0, run.t_final)
+            buf = record_buffer(run.record, run.context, 0)
+            unfinished = s.clock.t < run.t_final
+        return self.output(s, buf, unfinished)
+
+    def output(self, s: LoopState, buf: Any, unfinished: Array) -> LoopOutput:
+        """The loop's output: a run that stopped early with status ok ran out of attempts."""
+        c, clock, integrator = s.counters, s.clock, self.integrator
+        status = jnp.where(unfinished & (c.status == STATUS_OK), STATUS_MAX_STEPS, c.status).astype(jnp.int32)
+        # cubic Hermite output needs f at the end point, which only first-same-as-last methods have
+        hermite_extra = int(self.dense and getattr(integrator, "dense", None) is None and not self.fsal)
+        per_attempt = integrator.num_evaluations() - int(self.fsal) + hermite_extra
+        stats = make_statistics(
+            steps=c.steps,
+            attempts=c.attempts,
+            evaluations=c.attempts * per_attempt + c.extra_evaluations,
+            shrinkages=c.shrinkages,
+            substep_failures=c.substep_failures,
+            smallest=clock.smallest,
+            largest=clock.largest,
+            initial=clock.initial,
+            previous=clock.previous,
+        )
+        if self.program is not None:
+            ev = s.events
+            return LoopOutput(clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts)
+        return LoopOutput(clock.t, s.x, buf, stats, status)
