@@ -10,23 +10,21 @@ Drake's scalar-type templating (``System<double>``, ``System<AutoDiffXd>``, ``To
 counterpart: a jaxsys System works on whatever array type its context holds, and ``jax.grad``,
 ``jax.jvp``, ``jax.jacfwd`` or ``jax.vmap`` of any function of a context differentiates or batches it.
 
-Imports (within jaxsys): ``constraints``, ``context``, ``dispatch``, ``errors``, ``events``,
-``graphviz``, ``ids``, ``leaf_system``, ``ports``.
+Imports (within jaxsys): ``constraints``, ``context``, ``errors``, ``graphviz``, ``ids``, ``ports``,
+``system_constraints``, ``system_events``.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .constraints import SystemConstraint, SystemConstraintIndex
+from .constraints import SystemConstraint
 from .context import (
     Context,
     ContinuousState,
@@ -35,10 +33,11 @@ from .context import (
     SystemOutput,
     default_float_dtype,
 )
-from .errors import ConstraintError, JaxsysError, PortError, StateError
-from .events import CompositeEventCollection
+from .errors import JaxsysError, PortError, StateError
 from .ids import INVALID_SYSTEM_ID, new_system_id, validate_created_for
 from .ports import InputPort, OutputPort
+from .system_constraints import ConstraintReport as ConstraintReport, SystemConstraints
+from .system_events import SystemEvents
 
 
 class _SystemSpec:
@@ -58,7 +57,7 @@ class _SystemSpec:
         return f"<spec of {self.name!r}>"
 
 
-class System(eqx.Module):
+class System(SystemEvents, SystemConstraints):
     """Abstract base of every system (Drake's ``System<T>``). See the module docstring."""
 
     _spec: _SystemSpec = eqx.field(static=True)
@@ -448,266 +447,6 @@ class System(eqx.Module):
             )
         return self._map_raw(context, qd, "qdot_to_v")
 
-    # ===== events ==============================================================================
-    def _events_where(self, predicate: Callable[[Any], bool]) -> list[Any]:
-        from .dispatch import all_events
-
-        return [e for _, e in all_events(self) if predicate(e)]
-
-    def _collection(self, trigger: Any) -> CompositeEventCollection:
-        from .events import KINDS, EventCollection
-
-        per = {
-            k: EventCollection(self._events_where(lambda e, k=k: e.trigger is trigger and e.kind == k)) for k in KINDS
-        }
-        return CompositeEventCollection(**per)
-
-    def allocate_composite_event_collection(self) -> CompositeEventCollection:
-        """An empty CompositeEventCollection (Drake: ``AllocateCompositeEventCollection``)."""
-        return CompositeEventCollection()
-
-    def get_per_step_events(self) -> CompositeEventCollection:
-        """Events to handle at every step (Drake: ``GetPerStepEvents``)."""
-        from .events import TriggerType
-
-        return self._collection(TriggerType.PER_STEP)
-
-    def get_initialization_events(self) -> CompositeEventCollection:
-        """Events to handle once at initialization (Drake: ``GetInitializationEvents``)."""
-        from .events import TriggerType
-
-        return self._collection(TriggerType.INITIALIZATION)
-
-    def get_periodic_events(self) -> CompositeEventCollection:
-        """All periodic events (Drake: ``MapPeriodicEventsByTiming``, as one collection)."""
-        from .events import TriggerType
-
-        return self._collection(TriggerType.PERIODIC)
-
-    def get_forced_publish_events(self) -> Any:
-        """Drake: ``get_forced_publish_events``."""
-        from .events import TriggerType
-
-        return self._collection(TriggerType.FORCED).get_publish_events()
-
-    def get_forced_discrete_update_events(self) -> Any:
-        """Drake: ``get_forced_discrete_update_events``."""
-        from .events import TriggerType
-
-        return self._collection(TriggerType.FORCED).get_discrete_update_events()
-
-    def get_forced_unrestricted_update_events(self) -> Any:
-        """Drake: ``get_forced_unrestricted_update_events``."""
-        from .events import TriggerType
-
-        return self._collection(TriggerType.FORCED).get_unrestricted_update_events()
-
-    def publish(self, context: Context, events: Any = None) -> tuple[Any, ...]:
-        """Dispatch publish events (Drake: ``Publish``); with no ``events``, the forced ones.
-
-        Returns one recorded value (or None) per event. Publishing never changes the context.
-        """
-        from .dispatch import dispatch_publish
-
-        self.validate_context(context)
-        return dispatch_publish(self, context, self.get_forced_publish_events() if events is None else events)
-
-    def force_publish(self, context: Context) -> tuple[Any, ...]:
-        """Drake: ``ForcedPublish``."""
-        return self.publish(context)
-
-    def calc_discrete_variable_updates(self, context: Context, events: Any = None) -> DiscreteValues:
-        """New discrete state after the discrete-update ``events`` (Drake: ``CalcDiscreteVariableUpdates``);
-        with no ``events``, the forced ones. Returns the values (the context is unchanged)."""
-        from .dispatch import dispatch_discrete
-
-        self.validate_context(context)
-        return dispatch_discrete(self, context, self.get_forced_discrete_update_events() if events is None else events)
-
-    def calc_forced_discrete_variable_update(self, context: Context) -> DiscreteValues:
-        """Drake: ``CalcForcedDiscreteVariableUpdate``."""
-        return self.calc_discrete_variable_updates(context)
-
-    def calc_unrestricted_update(self, context: Context, events: Any = None) -> State:
-        """New whole state after the unrestricted-update ``events`` (Drake: ``CalcUnrestrictedUpdate``);
-        with no ``events``, the forced ones."""
-        from .dispatch import dispatch_unrestricted
-
-        self.validate_context(context)
-        return dispatch_unrestricted(
-            self, context, self.get_forced_unrestricted_update_events() if events is None else events
-        )
-
-    def calc_forced_unrestricted_update(self, context: Context) -> State:
-        """Drake: ``CalcForcedUnrestrictedUpdate``."""
-        return self.calc_unrestricted_update(context)
-
-    def calc_next_update_time(self, context: Context) -> tuple[jax.Array, CompositeEventCollection]:
-        """The next periodic event time strictly after the context's time, and the events due then
-        (Drake: ``CalcNextUpdateTime``). Events due within a relative 1e-12 are simultaneous.
-        Returns (inf, empty collection) when the system has no periodic events."""
-        from .events import KINDS, EventCollection, _time_tolerance
-
-        self.validate_context(context)
-        periodic = self._events_where(lambda e: e.is_periodic())
-        t = context.get_time()
-        if not periodic:
-            return jnp.asarray(jnp.inf, t.dtype), CompositeEventCollection()
-        times = jnp.stack([e.occurrence(e.next_time_index(t, inclusive=False), t.dtype) for e in periodic])
-        t_next = jnp.min(times)
-        due = jnp.abs(times - t_next) <= _time_tolerance(t_next)
-        per = {}
-        for k in KINDS:
-            idx = [i for i, e in enumerate(periodic) if e.kind == k]
-            per[k] = EventCollection([periodic[i] for i in idx], due[jnp.asarray(idx, jnp.int32)] if idx else None)
-        return t_next, CompositeEventCollection(**per)
-
-    # ===== witness functions =====================================================================
-    def get_witness_functions(self, context: Context) -> list[Any]:
-        """The witness functions of this system and its subsystems (Drake: ``GetWitnessFunctions``)."""
-        from .dispatch import event_leaves, leaf_contexts_with_inputs
-
-        self.validate_context(context)
-        out = []
-        for leaf, ctx in zip(event_leaves(self), leaf_contexts_with_inputs(self, context)):
-            out.extend(leaf.do_get_witness_functions(ctx))
-        return out
-
-    def evaluate_witness(self, context: Context, witness: Any) -> jax.Array:
-        """The value of ``witness`` at ``context`` (Drake: ``EvaluateWitness``); a scalar."""
-        self.validate_context(context)
-        return self._evaluate_witness_raw(context, witness)
-
-    def _evaluate_witness_raw(self, context: Context, witness: Any) -> jax.Array:
-        from .dispatch import event_leaves, leaf_contexts_with_inputs
-        from .leaf_system import _call
-
-        leaves = event_leaves(self)
-        for li, leaf in enumerate(leaves):
-            if leaf._spec is witness.system._spec:
-                ctx = leaf_contexts_with_inputs(self, context)[li]
-                value = jnp.asarray(_call(leaf, witness.calc, ctx))
-                if value.size != 1:
-                    raise StateError(
-                        f"Witness function {witness.description!r} of System {leaf.get_system_id_string()} must "
-                        f"return a scalar; it returned shape {value.shape}."
-                    )
-                return jnp.reshape(value, ()).astype(context.time.dtype)
-        raise StateError(f"{witness!r} does not belong to System {self.get_system_id_string()} or its subsystems.")
-
-    # ===== constraints =========================================================================
-    def add_constraint(self, constraint: SystemConstraint) -> SystemConstraintIndex:
-        """Add a SystemConstraint to this system (Drake: ``AddConstraint``); returns its index."""
-        if not isinstance(constraint, SystemConstraint):
-            raise ConstraintError(
-                f"add_constraint on System {self.get_system_id_string()} expects a SystemConstraint, "
-                f"got {type(constraint).__name__}."
-            )
-        self._spec.constraints.append(constraint)
-        constraint._attach(self)
-        return SystemConstraintIndex(len(self._spec.constraints) - 1)
-
-    def num_constraints(self) -> int:
-        """Number of constraints (Drake: ``num_constraints``)."""
-        return len(self._all_constraints())
-
-    get_num_constraints = num_constraints
-
-    def _all_constraints(self) -> list[tuple[SystemConstraint, Callable[[Context], Context]]]:
-        """(constraint, map from this system's context to the constraint system's context)."""
-        return [(c, lambda ctx: ctx) for c in self._spec.constraints]
-
-    def get_constraint(self, index: int) -> SystemConstraint:
-        """Constraint ``index`` (Drake: ``get_constraint``)."""
-        cons = self._all_constraints()
-        if not 0 <= int(index) < len(cons):
-            raise ConstraintError(
-                f"System {self.get_system_id_string()} has {len(cons)} constraint(s); index {index} is out of range."
-            )
-        return cons[int(index)][0]
-
-    def check_constraints(self, context: Context, tol: float = 1e-6) -> ConstraintReport:
-        """Evaluate every constraint (of this system and, for a Diagram, its subsystems).
-
-        Returns a :class:`ConstraintReport` listing each constraint with its value, bounds and
-        violation; ``bool(report)`` is True when all are satisfied within ``tol``.
-        """
-        self.validate_context(context)
-        rows = []
-        for c, to_ctx in self._all_constraints():
-            value = np.asarray(c.calc(to_ctx(context)))
-            rows.append((c, value, float(c.violation(value))))
-        return ConstraintReport(rows, tol)
-
-    def check_system_constraints_satisfied(self, context: Context, tol: float = 1e-6) -> bool:
-        """True if every constraint holds within ``tol`` (Drake: ``CheckSystemConstraintsSatisfied``)."""
-        return bool(self.check_constraints(context, tol))
-
-    # Drake's older constraint-equation API (for systems with bilateral constraints).
-    def get_num_constraint_equations(self, context: Context) -> int:
-        """Number of constraint equations g(q, v) = 0 (Drake: ``get_num_constraint_equations``)."""
-        return int(np.shape(self.eval_constraint_equations(context))[0])
-
-    def eval_constraint_equations(self, context: Context) -> jax.Array:
-        """g(q, v) (Drake: ``EvalConstraintEquations``); override ``do_eval_constraint_equations``."""
-        self.validate_context(context)
-        return jnp.asarray(self.do_eval_constraint_equations(context))
-
-    def eval_constraint_equations_dot(self, context: Context) -> jax.Array:
-        """dg/dt (Drake: ``EvalConstraintEquationsDot``).
-
-        The default differentiates :meth:`eval_constraint_equations` along the state trajectory
-        with ``jax.jvp`` (direction xdot, time rate 1); override ``do_eval_constraint_equations_dot``
-        to give it in closed form.
-        """
-        self.validate_context(context)
-        return jnp.asarray(self.do_eval_constraint_equations_dot(context))
-
-    def calc_velocity_change_from_constraint_impulses(self, context: Context, J: Any, lam: Any) -> jax.Array:
-        """Δv from constraint impulses λ through the constraint Jacobian J (Drake: same name).
-
-        The default assumes a unit generalized inertia: Δv = Jᵀ λ. Override
-        ``do_calc_velocity_change_from_constraint_impulses`` for Δv = M⁻¹ Jᵀ λ.
-        """
-        self.validate_context(context)
-        return jnp.asarray(self.do_calc_velocity_change_from_constraint_impulses(context, J, lam))
-
-    def calc_constraint_error_norm(self, context: Context, error: Any) -> jax.Array:
-        """Norm of a constraint error vector (Drake: ``CalcConstraintErrorNorm``); default 2-norm."""
-        self.validate_context(context)
-        return jnp.asarray(self.do_calc_constraint_error_norm(context, error))
-
-    def do_eval_constraint_equations(self, context: Context) -> jax.Array:
-        """Override point for :meth:`eval_constraint_equations`; default: no equations."""
-        return jnp.zeros((0,), context.time.dtype)
-
-    def do_eval_constraint_equations_dot(self, context: Context) -> jax.Array:
-        """Override point for :meth:`eval_constraint_equations_dot`; default: a ``jax.jvp``."""
-        x = context.get_continuous_state_vector()
-        xdot = self._calc_time_derivatives_raw(context)
-
-        def g(x_: jax.Array, t_: jax.Array) -> jax.Array:
-            return self.do_eval_constraint_equations(context.with_continuous_state(x_).with_time(t_))
-
-        _, gdot = jax.jvp(g, (x, context.time), (xdot, jnp.ones_like(context.time)))
-        return gdot
-
-    def do_calc_velocity_change_from_constraint_impulses(self, context: Context, J: Any, lam: Any) -> jax.Array:
-        """Override point; default Jᵀ λ (unit inertia)."""
-        J = jnp.asarray(J)
-        lam = jnp.asarray(lam)
-        if J.ndim != 2 or lam.shape != (J.shape[0],):
-            raise ConstraintError(
-                f"calc_velocity_change_from_constraint_impulses on System "
-                f"{self.get_system_id_string()}: J must be (m, num_v) and lambda (m,); got "
-                f"J {J.shape} and lambda {lam.shape}."
-            )
-        return J.T @ lam
-
-    def do_calc_constraint_error_norm(self, context: Context, error: Any) -> jax.Array:
-        """Override point; default Euclidean norm."""
-        return jnp.linalg.norm(jnp.asarray(error))
-
     # ===== utilities ===========================================================================
     def copy_continuous_state_vector(self, context: Context) -> jax.Array:
         """A copy of the continuous state vector xc (Drake: ``CopyContinuousStateVector``)."""
@@ -814,34 +553,6 @@ class System(eqx.Module):
     # ===== misc ================================================================================
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.get_name()!r}, path={self.get_path()!r})"
-
-
-@dataclasses.dataclass(frozen=True)
-class ConstraintReport:
-    """The result of :meth:`System.check_constraints`: one row per constraint."""
-
-    rows: list[tuple[SystemConstraint, np.ndarray, float]]
-    tol: float
-
-    def __bool__(self) -> bool:
-        return all(v <= self.tol for _, _, v in self.rows)
-
-    def violated(self) -> list[SystemConstraint]:
-        """The constraints violated by more than ``tol``."""
-        return [c for c, _, v in self.rows if v > self.tol]
-
-    def __str__(self) -> str:
-        lines = [f"{len(self.rows)} constraint(s), tolerance {self.tol:g}:"]
-        for c, value, v in self.rows:
-            status = "ok" if v <= self.tol else "VIOLATED"
-            lines.append(
-                f"  [{status}] {c.description()} on {c.get_system_path()}: "
-                f"value {np.array2string(value, precision=6)}, "
-                f"bounds [{c.lower_text()}, {c.upper_text()}], violation {v:.3g}"
-            )
-        return "\n".join(lines)
-
-    __repr__ = __str__
 
 
 __all__ = ["System", "ConstraintReport", "INVALID_SYSTEM_ID"]

@@ -1,0 +1,154 @@
+"""Before/after timing of jaxsys in one process: the working tree against a git revision.
+
+    python benchmarks/ab_compare.py                 # against HEAD
+    python benchmarks/ab_compare.py --base HEAD~3   # against another revision
+
+The package at ``--base`` is extracted (``git archive``) into a temporary directory as
+``jaxsys_base`` (jaxsys imports itself relatively, so the copy is independent), both versions build
+the same cases of benchmarks/suite.py, and their compiled functions are called alternately (medians
+of many calls): the ratio after/before is then free of the machine's drift between runs, which on a
+shared 2-core machine is often larger than the change being measured. Issues that touch the loop
+ask for every case within 5%.
+"""
+
+import argparse
+import importlib
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+jax.config.update("jax_enable_x64", True)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_base(rev: str):
+    """Import the jaxsys package of git revision ``rev`` as ``jaxsys_base``."""
+    tmp = tempfile.mkdtemp(prefix="jaxsys_ab_")
+    data = subprocess.run(["git", "archive", rev, "jaxsys"], cwd=ROOT, check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp)
+    os.rename(os.path.join(tmp, "jaxsys"), os.path.join(tmp, "jaxsys_base"))
+    sys.path.insert(0, tmp)
+    import jaxsys_base
+
+    return jaxsys_base
+
+
+def _final(r):
+    return r.context.get_continuous_state_vector()
+
+
+def cases(js):
+    """The cases of benchmarks/suite.py (jaxsys rows only), built with package ``js``:
+    name -> (jitted function, argument)."""
+    ex = importlib.import_module(js.__name__ + ".examples")
+    p = ex.Pendulum()
+    c = p.get_input_port(0).fix_value(p.create_default_context(), jnp.zeros(1))
+    c = c.with_continuous_state(jnp.array([1.0, 0.0]))
+    ts = jnp.linspace(0.1, 10, 100)
+    rk3 = js.RungeKutta3Integrator(target_accuracy=1e-6)
+    dopri = js.RungeKutta5Integrator(target_accuracy=1e-8)
+    rk4 = js.RungeKutta4Integrator(max_step_size=1e-3)
+    jit = eqx.filter_jit
+    out = {
+        "S2a RK3 1e-6": (jit(lambda c: _final(js.simulate(p, c, 10.0, rk3))), c),
+        "S2b Dormand-Prince 1e-8": (jit(lambda c: _final(js.simulate(p, c, 10.0, dopri))), c),
+        "S2b+ 100 saves": (jit(lambda c: js.simulate(p, c, 10.0, dopri, save_at=ts).ys), c),
+        "S2b+ 100 saves, dense": (jit(lambda c: js.simulate(p, c, 10.0, dopri, save_at=ts, dense_output=True).ys), c),
+        "S2c RK4 fixed, 100 saves": (jit(lambda c: js.simulate(p, c, 10.0, rk4, save_at=ts).ys), c),
+    }
+    ts5 = jnp.linspace(0.1, 5, 50)
+
+    def loss(c):
+        return jnp.sum(js.simulate(p, c, 5.0, rk4, save_at=ts5).ys[:, 0] ** 2)
+
+    out["S7 value_and_grad"] = (jit(jax.value_and_grad(loss)), c)
+    ball = ex.BouncingBall()
+    cb = ball.create_default_context()
+    out["S4 bouncing ball"] = (jit(lambda c: _final(js.simulate(ball, c, 5.0, dopri))), cb)
+    out["S4 grad through impacts"] = (jit(jax.grad(lambda c: _final(js.simulate(ball, c, 3.0, dopri))[0])), cb)
+    cs = jax.vmap(lambda th: c.with_continuous_state(jnp.stack([th, 0.0])))(jnp.linspace(0.1, 1.5, 64))
+    out["S6 batch of 64, RK4 fixed"] = (jit(jax.vmap(lambda c: _final(js.simulate(p, c, 10.0, rk4)))), cs)
+    out["S6' batch of 64, Dormand-Prince"] = (jit(jax.vmap(lambda c: _final(js.simulate(p, c, 10.0, dopri)))), cs)
+
+    class PD(js.LeafSystem):
+        def __init__(self):
+            super().__init__("pd")
+            self.declare_discrete_state(1)
+            self.declare_vector_input_port("x", 2)
+            self.declare_vector_output_port("u", 1, lambda ctx: ctx.get_discrete_state_vector())
+            self.declare_periodic_discrete_update_event(0.01, 0.0, self.update)
+
+        def update(self, ctx, ds):
+            x = self.get_input_port(0).eval(ctx)
+            return jnp.stack([-20 * x[0] - 4 * x[1]])
+
+    builder = js.DiagramBuilder()
+    plant, pd = builder.add_system(ex.Pendulum()), builder.add_system(PD())
+    builder.connect(plant.get_output_port("state"), pd.get_input_port("x"))
+    builder.connect(pd.get_output_port("u"), plant.get_input_port("tau"))
+    d = builder.build("d")
+    cd = d.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+    rk4_10ms = js.RungeKutta4Integrator(max_step_size=0.01)
+    out["S5 sampled PD, RK4"] = (jit(lambda c: _final(js.simulate(d, c, 5.0, rk4_10ms))), cd)
+    out["S5' sampled PD, RK3 1e-6"] = (jit(lambda c: _final(js.simulate(d, c, 5.0, rk3))), cd)
+    lags = builder_chain(js, 300)
+    out["S8 chain of 300 lags"] = (jit(lambda c: _final(js.simulate(lags[0], c, 10.0, lags[2]))), lags[1])
+    return out
+
+
+def builder_chain(js, n):
+    """S8: a chain of ``n`` first-order lags x_i' = -x_i + x_{i-1} (x_0 = 1), as n subsystems."""
+    b = js.DiagramBuilder()
+    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i in range(n):
+        lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0, 1))
+        b.connect(prev, lag.get_input_port())
+        prev = lag.get_output_port()
+    d = b.build()
+    return d, d.create_default_context(), js.RungeKutta5Integrator(max_step_size=1.0, target_accuracy=1e-6)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", default="HEAD", help="git revision to compare against (default HEAD)")
+    ap.add_argument("--repeats", type=int, default=40)
+    args = ap.parse_args()
+    sys.path.insert(0, ROOT)
+    import jaxsys as new
+
+    old = load_base(args.base)
+    A, B = cases(old), cases(new)
+    print(f"after = working tree, before = {args.base}; medians of alternating calls\n")
+    print("| case | before ms | after ms | after/before |\n|---|---|---|---|")
+    for k in A:
+        fa, ca = A[k]
+        fb, cb = B[k]
+        jax.block_until_ready(fa(ca))
+        jax.block_until_ready(fb(cb))
+        ta, tb = [], []
+        n = args.repeats if "batch" not in k else max(args.repeats // 5, 3)
+        for _ in range(n):
+            t = time.perf_counter()
+            jax.block_until_ready(fa(ca))
+            ta.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            jax.block_until_ready(fb(cb))
+            tb.append(time.perf_counter() - t)
+        a, b = statistics.median(ta), statistics.median(tb)
+        print(f"| {k} | {a * 1e3:.3f} | {b * 1e3:.3f} | {b / a:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""The event and witness-function methods every System has (Drake's ``System<T>`` event API):
+event collections, ``publish`` / ``calc_discrete_variable_updates`` / ``calc_unrestricted_update``,
+``calc_next_update_time``, ``get_witness_functions`` / ``evaluate_witness``.
+
+:class:`SystemEvents` is a field-less base class of :class:`~jaxsys.System`; its methods use the
+System's ``_spec`` and validation methods.
+
+Imports (within jaxsys): ``context``, ``dispatch``, ``errors``, ``events``, ``leaf_system``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .context import Context, DiscreteValues, State
+from .errors import StateError
+from .events import CompositeEventCollection
+
+
+class SystemEvents(eqx.Module):
+    """Event and witness methods of :class:`~jaxsys.System` (a base class without fields)."""
+
+    # ===== events ==============================================================================
+    def _events_where(self, predicate: Callable[[Any], bool]) -> list[Any]:
+        from .dispatch import all_events
+
+        return [e for _, e in all_events(self) if predicate(e)]
+
+    def _collection(self, trigger: Any) -> CompositeEventCollection:
+        from .events import KINDS, EventCollection
+
+        per = {
+            k: EventCollection(self._events_where(lambda e, k=k: e.trigger is trigger and e.kind == k)) for k in KINDS
+        }
+        return CompositeEventCollection(**per)
+
+    def allocate_composite_event_collection(self) -> CompositeEventCollection:
+        """An empty CompositeEventCollection (Drake: ``AllocateCompositeEventCollection``)."""
+        return CompositeEventCollection()
+
+    def get_per_step_events(self) -> CompositeEventCollection:
+        """Events to handle at every step (Drake: ``GetPerStepEvents``)."""
+        from .events import TriggerType
+
+        return self._collection(TriggerType.PER_STEP)
+
+    def get_initialization_events(self) -> CompositeEventCollection:
+        """Events to handle once at initialization (Drake: ``GetInitializationEvents``)."""
+        from .events import TriggerType
+
+        return self._collection(TriggerType.INITIALIZATION)
+
+    def get_periodic_events(self) -> CompositeEventCollection:
+        """All periodic events (Drake: ``MapPeriodicEventsByTiming``, as one collection)."""
+        from .events import TriggerType
+
+        return self._collection(TriggerType.PERIODIC)
+
+    def get_forced_publish_events(self) -> Any:
+        """Drake: ``get_forced_publish_events``."""
+        from .events import TriggerType
+
+        return self._collection(TriggerType.FORCED).get_publish_events()
+
+    def get_forced_discrete_update_events(self) -> Any:
+        """Drake: ``get_forced_discrete_update_events``."""
+        from .events import TriggerType
+
+        return self._collection(TriggerType.FORCED).get_discrete_update_events()
+
+    def get_forced_unrestricted_update_events(self) -> Any:
+        """Drake: ``get_forced_unrestricted_update_events``."""
+        from .events import TriggerType
+
+        return self._collection(TriggerType.FORCED).get_unrestricted_update_events()
+
+    def publish(self, context: Context, events: Any = None) -> tuple[Any, ...]:
+        """Dispatch publish events (Drake: ``Publish``); with no ``events``, the forced ones.
+
+        Returns one recorded value (or None) per event. Publishing never changes the context.
+        """
+        from .dispatch import dispatch_publish
+
+        self.validate_context(context)
+        return dispatch_publish(self, context, self.get_forced_publish_events() if events is None else events)
+
+    def force_publish(self, context: Context) -> tuple[Any, ...]:
+        """Drake: ``ForcedPublish``."""
+        return self.publish(context)
+
+    def calc_discrete_variable_updates(self, context: Context, events: Any = None) -> DiscreteValues:
+        """New discrete state after the discrete-update ``events`` (Drake: ``CalcDiscreteVariableUpdates``);
+        with no ``events``, the forced ones. Returns the values (the context is unchanged)."""
+        from .dispatch import dispatch_discrete
+
+        self.validate_context(context)
+        return dispatch_discrete(self, context, self.get_forced_discrete_update_events() if events is None else events)
+
+    def calc_forced_discrete_variable_update(self, context: Context) -> DiscreteValues:
+        """Drake: ``CalcForcedDiscreteVariableUpdate``."""
+        return self.calc_discrete_variable_updates(context)
+
+    def calc_unrestricted_update(self, context: Context, events: Any = None) -> State:
+        """New whole state after the unrestricted-update ``events`` (Drake: ``CalcUnrestrictedUpdate``);
+        with no ``events``, the forced ones."""
+        from .dispatch import dispatch_unrestricted
+
+        self.validate_context(context)
+        return dispatch_unrestricted(
+            self, context, self.get_forced_unrestricted_update_events() if events is None else events
+        )
+
+    def calc_forced_unrestricted_update(self, context: Context) -> State:
+        """Drake: ``CalcForcedUnrestrictedUpdate``."""
+        return self.calc_unrestricted_update(context)
+
+    def calc_next_update_time(self, context: Context) -> tuple[jax.Array, CompositeEventCollection]:
+        """The next periodic event time strictly after the context's time, and the events due then
+        (Drake: ``CalcNextUpdateTime``). Events due within a relative 1e-12 are simultaneous.
+        Returns (inf, empty collection) when the system has no periodic events."""
+        from .events import KINDS, EventCollection, _time_tolerance
+
+        self.validate_context(context)
+        periodic = self._events_where(lambda e: e.is_periodic())
+        t = context.get_time()
+        if not periodic:
+            return jnp.asarray(jnp.inf, t.dtype), CompositeEventCollection()
+        times = jnp.stack([e.occurrence(e.next_time_index(t, inclusive=False), t.dtype) for e in periodic])
+        t_next = jnp.min(times)
+        due = jnp.abs(times - t_next) <= _time_tolerance(t_next)
+        per = {}
+        for k in KINDS:
+            idx = [i for i, e in enumerate(periodic) if e.kind == k]
+            per[k] = EventCollection([periodic[i] for i in idx], due[jnp.asarray(idx, jnp.int32)] if idx else None)
+        return t_next, CompositeEventCollection(**per)
+
+    # ===== witness functions =====================================================================
+    def get_witness_functions(self, context: Context) -> list[Any]:
+        """The witness functions of this system and its subsystems (Drake: ``GetWitnessFunctions``)."""
+        from .dispatch import event_leaves, leaf_contexts_with_inputs
+
+        self.validate_context(context)
+        out = []
+        for leaf, ctx in zip(event_leaves(self), leaf_contexts_with_inputs(self, context)):
+            out.extend(leaf.do_get_witness_functions(ctx))
+        return out
+
+    def evaluate_witness(self, context: Context, witness: Any) -> jax.Array:
+        """The value of ``witness`` at ``context`` (Drake: ``EvaluateWitness``); a scalar."""
+        self.validate_context(context)
+        return self._evaluate_witness_raw(context, witness)
+
+    def _evaluate_witness_raw(self, context: Context, witness: Any) -> jax.Array:
+        from .dispatch import event_leaves, leaf_contexts_with_inputs
+        from .leaf_system import _call
+
+        leaves = event_leaves(self)
+        for li, leaf in enumerate(leaves):
+            if leaf._spec is witness.system._spec:
+                ctx = leaf_contexts_with_inputs(self, context)[li]
+                value = jnp.asarray(_call(leaf, witness.calc, ctx))
+                if value.size != 1:
+                    raise StateError(
+                        f"Witness function {witness.description!r} of System {leaf.get_system_id_string()} must "
+                        f"return a scalar; it returned shape {value.shape}."
+                    )
+                return jnp.reshape(value, ()).astype(context.time.dtype)
+        raise StateError(f"{witness!r} does not belong to System {self.get_system_id_string()} or its subsystems.")
