@@ -30,6 +30,7 @@ import numpy as np
 
 from ..framework.context import Context, DiscreteValues
 from ..framework.dispatch import all_events, dispatch_discrete, dispatch_publish, dispatch_unrestricted
+from ..framework.errors import JaxsysError
 from ..framework.events import (
     DISCRETE_UPDATE,
     PUBLISH,
@@ -161,10 +162,12 @@ class EventProgram:
         return jnp.min(self.next_times(k, dtype))
 
     def due(self, k: Array, t: Array) -> Array:
-        """Per periodic event: is its next occurrence at t (within the simultaneity tolerance)?"""
+        """Per periodic event: is its next occurrence at t (within the simultaneity tolerance,
+        :func:`~jaxsys.framework.events.time_tolerance`)? An occurrence found before t (which the
+        loop's truncation of steps at event times prevents) is due too: late, never lost."""
         if not self.periodic:
             return jnp.zeros((0,), bool)
-        return jnp.abs(self.next_times(k, t.dtype) - t) <= _time_tolerance(t)
+        return self.next_times(k, t.dtype) <= t + _time_tolerance(t)
 
     def _mask(self, events: list[Event], due: Array, gate: Array, witness_flags: Array | None) -> Array:
         """Activity of ``events``: periodic ones when due, witness ones when their witness
@@ -285,15 +288,26 @@ def _log_write(log: PublishLog, active: Array, t: Array, value: Any) -> PublishL
     return dataclasses.replace(log, times=times, values=values, count=log.count + active.astype(log.count.dtype))
 
 
-def advance_pending_events(system: System, context: Context) -> Context:
+def advance_pending_events(system: System, context: Context, pending_witness_events: Any = None) -> Context:
     """Perform the updates due at the context's time: per-step and periodic unrestricted, then
-    discrete updates (Drake's ``Simulator::AdvancePendingEvents``). No publishes, no integration.
+    discrete updates, and those of the witnesses in ``pending_witness_events`` (a result's field of
+    that name) (Drake's ``Simulator::AdvancePendingEvents``). No publishes, no integration.
 
-    A simulation continued from the result must then pass ``updates_at_start=False`` to
-    :func:`~jaxsys.simulate` (the :class:`~jaxsys.Simulator` does this for you).
+    A simulation continued from the result must then pass ``updates_at_start=False`` (and no pending
+    witness events) to :func:`~jaxsys.simulate` (the :class:`~jaxsys.Simulator` does this for you).
     """
     system.validate_context(context)
     program = EventProgram(system)
+    program.bind_witnesses(context)
+    flags = program.no_witness_flags()
+    if pending_witness_events is not None:
+        given = jnp.asarray(pending_witness_events)
+        if given.shape != flags.shape or given.dtype != bool:
+            raise JaxsysError(
+                f"advance_pending_events: pending_witness_events must be a bool array of shape {flags.shape} (one "
+                f"per witness function of System {system.get_system_id_string()}); got {given.dtype}{given.shape}."
+            )
+        flags = given
     k = program.init_counters(context.get_time(), True, True)
-    new, _, _, _ = program.updates(context, k, jnp.array(True))
+    new, _, _, _ = program.updates(context, k, jnp.array(True), flags)
     return new

@@ -45,6 +45,10 @@ class Status(enum.Enum):
         "large derivatives."
     )
     NONFINITE = "The continuous state became NaN or infinite."
+    WITNESS_NONFINITE = (
+        "A witness function returned NaN or an infinite value, so whether it crossed zero cannot be decided. "
+        "Check the witness functions (and the state they read) for a division by zero or a NaN input."
+    )
 
     @property
     def code(self) -> int:
@@ -63,6 +67,7 @@ STATUS_OK = Status.OK.code
 STATUS_MAX_STEPS = Status.MAX_STEPS.code
 STATUS_MIN_STEP = Status.MIN_STEP.code
 STATUS_NONFINITE = Status.NONFINITE.code
+STATUS_WITNESS_NONFINITE = Status.WITNESS_NONFINITE.code
 STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
 """Status code -> the message a user reads (the values of :class:`Status`)."""
 
@@ -143,6 +148,11 @@ class SimulationResult(eqx.Module):
       of ``system``'s events (use :meth:`get_publish_log`).
     - `simulator_stats`: Drake's simulator statistics (steps, publishes, updates).
     - `initialization_publishes`: the values recorded by initialization publish events.
+    - `pending_witness_events`: per witness function, whether it triggered in the run's last step so
+      that its update events are still pending (bool, shape ``(number of witnesses,)``): as Drake's
+      ``AdvanceTo``, updates due at ``t_final`` are left for the next run. Pass it to the next
+      :func:`~jaxsys.simulate` (``pending_witness_events=``) or to
+      :func:`~jaxsys.advance_pending_events`; the :class:`~jaxsys.Simulator` does this for you.
     """
 
     def get_publish_log(self, event: Any) -> PublishLog:
@@ -163,6 +173,7 @@ class SimulationResult(eqx.Module):
     publish_logs: tuple[PublishLog, ...] = ()
     simulator_stats: SimulatorStatistics | None = None
     initialization_publishes: Any = ()
+    pending_witness_events: Any = None
 
     def message(self) -> str:
         """The status as text (for a concrete, unbatched result)."""
@@ -181,3 +192,4 @@ class LoopOutput(NamedTuple):
     rest: Any = None  # discrete and abstract state, for systems with events
     logs: Any = ()
     counts: Any = None  # [publishes, discrete updates, unrestricted updates]
+    pending: Any = None  # witnesses whose update events are pending at the end

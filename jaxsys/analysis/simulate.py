@@ -65,9 +65,11 @@ def simulate(
     updates_at_start: bool = True,
     log_capacity: int = 10_000,
     witness_iterations: int = 40,
+    witness_isolation: bool = True,
     loop: str = "bounded",
     checkpoints: int | None = None,
     dense_output: bool = False,
+    pending_witness_events: Any = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -87,9 +89,16 @@ def simulate(
       first step). False after :func:`advance_pending_events` already did them.
     - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
       from their period and the horizon when those are known while tracing).
-    - `witness_iterations`: precision of witness isolation: the state lands (step size) *
-      2**-witness_iterations past the crossing found by regula falsi on trial steps (default 40:
-      ~1e-12 of the step), or at the first of a few wider margins where the witness has triggered.
+    - `witness_iterations`: precision of witness isolation: the crossing is isolated to a window of
+      (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step), but never narrower than
+      16 units in the last place of the time (float32: ~2e-6 s * max(1, |t|)). The state lands on
+      the window's far side: never before the crossing, at most one window after it.
+    - `witness_isolation`: True (default): isolate each crossing by trial steps and land just past it.
+      False: no isolation (Drake's behaviour when the context has no accuracy set): the events of a
+      witness that changed sign fire at the end of the step in which it did (a sign change at the
+      step's ends only). With isolation, witnesses are also checked at 3 interior points of the step's
+      continuous extension, so two crossings inside one step are seen when they are more than a
+      quarter of the step apart.
     - `loop`: how the variable-length (error-controlled or event-driven) loop is built:
       ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work; evaluated
       without differentiation it runs as a plain ``lax.while_loop``) or
@@ -102,6 +111,8 @@ def simulate(
       Hermite) instead of truncating steps to land on them (the default, as Drake's ``AdvanceTo``
       does). The step sequence then does not depend on the save times. Explicit Runge-Kutta
       integrators, systems without events.
+    - `pending_witness_events`: the ``pending_witness_events`` of the run this one continues (its
+      witnesses' update events that were due at its end are performed at this run's start).
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -142,19 +153,37 @@ def simulate(
         c_ts = np.zeros(0) if save_at is None else concrete(save_at)
         plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts)
     if plan is not None:
+        _pending_flags(program, pending_witness_events)  # (checked: a system without witnesses)
         scan_events = events + (updates_at_start,) if program else None
         raw = FixedStepScan(run, *plan, scan_events).simulate()
     else:
         events0: EventCarry | tuple[()] = ()
         if program:
             _, k0, logs0, rest0, counts0 = events
-            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, program.no_witness_flags())
-        stepper = StepLoop(run, fixed, program, witness_iterations, dense_output, make_while_loop(loop, checkpoints))
+            pending = _pending_flags(program, pending_witness_events)
+            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending)
+        stepper = StepLoop(
+            run, fixed, program, witness_iterations, dense_output, make_while_loop(loop, checkpoints), witness_isolation
+        )
         raw = stepper.simulate(events0)
     progress.close(run.aux["progress"][1], raw.t)
     # a fixed-step plan made for an assumed start time is checked against the traced one
     planned_t0 = (t0, t0_plan) if plan is not None and c_t0 is None else None
     return _finish(run, raw, program, init_values, throw, planned_t0)
+
+
+def _pending_flags(program: EventProgram, pending: Any) -> Array:
+    """The pending witness flags a run starts with (checked against the system's witnesses)."""
+    n_w = len(program.witnesses) if program else 0
+    if pending is None:
+        return jnp.zeros((n_w,), bool)
+    flags = jnp.asarray(pending)
+    if flags.shape != (n_w,) or flags.dtype != bool:
+        raise JaxsysError(
+            f"simulate: pending_witness_events must be the pending_witness_events of an earlier result for this "
+            f"system: a bool array of shape ({n_w},) (one per witness function); got {flags.dtype}{flags.shape}."
+        )
+    return flags
 
 
 def _check_inputs(
@@ -288,4 +317,5 @@ def _finish(
     else:
         zero = jnp.zeros((), jnp.int32)
         sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, zero, zero, zero)
-    return SimulationResult(final, run.ts, ys, raw.stats, status, tuple(raw.logs), sim_stats, init_values)
+    pending = raw.pending if raw.pending is not None else jnp.zeros((len(program.witnesses) if program else 0,), bool)
+    return SimulationResult(final, run.ts, ys, raw.stats, status, tuple(raw.logs), sim_stats, init_values, pending)

@@ -39,15 +39,26 @@ Array = jax.Array
 class Simulator:
     """A thin, stateful Drake-style wrapper around :func:`simulate` (Drake's ``Simulator``).
 
-    ``Simulator(system, context=None, integrator=None)``; ``initialize()``, ``advance_to(t)``,
+    ``Simulator(system, context=None, integrator=None, witness_isolation=True)``; ``initialize()``,
+    ``advance_to(t)``, ``advance_pending_events()``,
     ``get_context()``, ``get_mutable_context()``, ``get_integrator()`` / ``get_mutable_integrator()``,
     ``reset_integrator(integrator)``, ``set_target_realtime_rate(rate)``, statistics. Each
     ``advance_to`` runs one compiled call (compiled once per system/integrator); the final context
-    of one call is the start of the next.
+    of one call is the start of the next, and updates left pending at its end (periodic, per-step and
+    witness-triggered, as Drake's ``AdvanceTo``) are performed by the next.
+    ``witness_isolation=False``: witness events fire at the end of the step in which the witness
+    changed sign (Drake's behaviour without a context accuracy); see :func:`~jaxsys.simulate`.
     """
 
-    def __init__(self, system: System, context: Context | None = None, integrator: IntegratorBase | None = None):
+    def __init__(
+        self,
+        system: System,
+        context: Context | None = None,
+        integrator: IntegratorBase | None = None,
+        witness_isolation: bool = True,
+    ):
         self._system = system
+        self._witness_isolation = witness_isolation
         self._context = context if context is not None else system.create_default_context()
         system.validate_context(self._context)
         self._integrator = integrator or RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
@@ -56,6 +67,7 @@ class Simulator:
         self._stats: dict[str, float] = {}
         self._compiled: dict[Any, Any] = {}
         self._updates_at_start = True
+        self._pending: Any = None  # witnesses whose updates are pending (from the last advance_to)
         self._last_result: SimulationResult | None = None
         self._init_publishes: Any = ()
         self._init_logs: Any = ()
@@ -68,9 +80,16 @@ class Simulator:
             system, integrator = self._system, self._integrator
 
             @jax.jit
-            def advance(context: Context, t_final: Array) -> SimulationResult:
+            def advance(context: Context, t_final: Array, pending: Any) -> SimulationResult:
                 return simulate(
-                    system, context, t_final, integrator, initialize=False, updates_at_start=updates_at_start
+                    system,
+                    context,
+                    t_final,
+                    integrator,
+                    initialize=False,
+                    updates_at_start=updates_at_start,
+                    pending_witness_events=pending,
+                    witness_isolation=self._witness_isolation,
                 )
 
             self._compiled[key] = advance
@@ -82,6 +101,8 @@ class Simulator:
         Called by the first :meth:`advance_to` if not called before. Returns the context.
         """
         program = EventProgram(self._system)
+        program.bind_witnesses(self._context)
+        self._pending = program.no_witness_flags()
         if program:
             context = self._context
             context, self._init_publishes = program.initialize(context)
@@ -109,8 +130,9 @@ class Simulator:
                 f"Simulator.advance_to({boundary_time}): the context is already at t={t}; time cannot go backwards."
             )
         fn = self._advance_fn(self._updates_at_start)
-        result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype))
+        result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype), self._pending)
         self._last_result = result
+        self._pending = result.pending_witness_events
         self._context = result.context
         self._updates_at_start = True
         for k, v in result.stats.as_dict().items():
@@ -133,8 +155,9 @@ class Simulator:
         if not self._initialized:
             self.initialize()
         if self._updates_at_start:
-            self._context = advance_pending_events(self._system, self._context)
+            self._context = advance_pending_events(self._system, self._context, self._pending)
             self._updates_at_start = False
+            self._pending = jnp.zeros_like(self._pending)
         return self._context
 
     def get_last_result(self) -> SimulationResult | None:

@@ -136,7 +136,10 @@ def error_control(
         accept = jnp.all(jnp.isfinite(x_new)) & ok
         status = jnp.where(accept, status, STATUS_NONFINITE)
         return Verdict(accept, h_try, at_minimum, zero, zero, status, limited)
-    working_min = jnp.maximum(integrator.requested_minimum_step_size, 1e-14 * jnp.maximum(1.0, jnp.abs(t)))
+    # Drake's working minimum, 1e-14 max(1, |t|), but never below what the time's dtype resolves (in
+    # float32 a step of 1e-14 t would leave the time unchanged)
+    resolution = max(1e-14, 4.0 * float(jnp.finfo(t.dtype).eps))
+    working_min = jnp.maximum(integrator.requested_minimum_step_size, resolution * jnp.maximum(1.0, jnp.abs(t)))
     err_norm = state_change_norm(system, context_at_end, num_q, num_v, err, integrator)
     success, h_next, at_min, violation = adjust_step_size(integrator, err_norm, h, at_minimum > 0, working_min)
     if not has_state:  # nothing to integrate: every step is accepted

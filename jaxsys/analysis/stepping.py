@@ -47,9 +47,9 @@ from .event_loop import EventProgram, get_rest, set_rest
 from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState
 from .loops import Run, WhileLoop
 from .recording import initial_saves, record_buffer, run_with_saving
-from .results import STATUS_MAX_STEPS, STATUS_OK, LoopOutput, make_statistics
+from .results import STATUS_MAX_STEPS, STATUS_OK, STATUS_WITNESS_NONFINITE, LoopOutput, make_statistics
 from .step_size import StepChoice, Verdict, choose_step, error_control
-from .witness_isolation import isolate_crossing
+from .witness_isolation import detect_crossings, isolate_crossing, isolation_window
 
 
 Array = jax.Array
@@ -97,6 +97,7 @@ class StepLoop:
     - `fixed`: fixed-step mode (steps on a grid) instead of error control.
     - `program`: the system's :class:`~.event_loop.EventProgram`, or None without events.
     - `witness_iterations`: isolation precision (see :func:`~jaxsys.simulate`).
+    - `witness_isolation`: isolate witness crossings (False: their events fire at the step's end).
     - `dense`: dense output (keep the last step's interpolation data).
     - `while_loop`: the loop flavour (:func:`~.loops.make_while_loop`).
     """
@@ -109,11 +110,13 @@ class StepLoop:
         witness_iterations: int,
         dense: bool,
         while_loop: WhileLoop,
+        witness_isolation: bool = True,
     ) -> None:
         self.run = run
         self.fixed = fixed
         self.program = program if program else None
         self.witness_iterations = witness_iterations
+        self.witness_isolation = witness_isolation
         self.dense = dense
         self.while_loop = while_loop
         self.integrator = run.integrator
@@ -180,7 +183,8 @@ class StepLoop:
             s.counters.status,
             choice.limited,
         )
-        *landing, w_now = self.isolate_witnesses(t, start, choice, attempt.x_new, verdict.accept)  # 5
+        *landing, w_now, status = self.isolate_witnesses(t, start, choice, attempt, verdict)  # 5
+        verdict = verdict._replace(status=status)
         new = self.commit(s, start, choice, attempt, verdict, tuple(landing))  # 6
         return self.end_of_step(new, start, verdict.accept, w_now)  # 7
 
@@ -238,22 +242,35 @@ class StepLoop:
         return Attempt(x_new, err, ok, k_end, interp, k1, extra)
 
     def isolate_witnesses(
-        self, t: Array, start: StepStart, choice: StepChoice, x_new: Array, accept: Array
-    ) -> tuple[Array, Array, Array, Array, Any]:
+        self, t: Array, start: StepStart, choice: StepChoice, attempt: Attempt, verdict: Verdict
+    ) -> tuple[Array, Array, Array, Array, Any, Array]:
         """Step 5: cut an accepted step from ``t`` back to just past the first witness crossing in it.
 
+        Crossings are detected at the step's end and at interior points of its continuous extension
+        (:func:`~.witness_isolation.detect_crossings`) and isolated by trial steps
+        (:func:`~.witness_isolation.isolate_crossing`); without isolation (``witness_isolation=False``,
+        Drake without a context accuracy) the events of a witness that changed sign fire at the end of
+        the step. A non-finite witness value sets the status.
+
         Returns the step's end time, whether it reaches the boundary, its end state, whether it was cut,
-        and per witness whether it triggered (None without events)."""
-        program = self.program
+        per witness whether it triggered (None without events), and the status."""
+        program, x_new, accept = self.program, attempt.x_new, verdict.accept
         if program is None or not program.witnesses:
             w_now = program.no_witness_flags() if program is not None else None
-            return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), w_now
+            return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), w_now, verdict.status
         w0 = program.witness_values(start.make_ctx(t, start.x))
         w1 = program.witness_values(start.make_ctx(choice.t_new, x_new))
-        trig = program.triggered(w0, w1) & accept
-        isolated = jnp.any(trig)
-        t_new, x_new, w_now = jax.lax.cond(
-            isolated,
+        bad = accept & ~jnp.all(jnp.isfinite(w0) & jnp.isfinite(w1))
+        status = jnp.where(bad & (verdict.status == STATUS_OK), STATUS_WITNESS_NONFINITE, verdict.status)
+        if not self.witness_isolation:
+            trig = program.triggered(w0, w1) & accept
+            return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), trig, status
+        f0 = attempt.k_first if attempt.k_first is not None else start.f(t, start.x)
+        candidates, lo0, hi0 = detect_crossings(program, start.make_ctx, t, start.x, choice.h, f0, x_new, w0, w1)
+        candidates = candidates & accept
+        window = isolation_window(t, choice.h, self.witness_iterations)
+        t_new, x_new, w_now, isolated = jax.lax.cond(
+            jnp.any(candidates),
             lambda: isolate_crossing(
                 program,
                 self.integrator,
@@ -265,11 +282,14 @@ class StepLoop:
                 choice.h,
                 w0,
                 w1,
-                self.witness_iterations,
+                candidates,
+                lo0,
+                hi0,
+                window,
             ),
-            lambda: (choice.t_new, x_new, trig),
+            lambda: (choice.t_new, x_new, program.triggered(w0, w1), jnp.array(False)),
         )
-        return t_new, choice.reaches_boundary & ~isolated, x_new, isolated, w_now & accept
+        return t_new, choice.reaches_boundary & ~isolated, x_new, isolated, w_now & accept, status
 
     def commit(
         self,
@@ -409,5 +429,5 @@ class StepLoop:
         )
         if self.program is not None:
             ev = s.events
-            return LoopOutput(clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts)
+            return LoopOutput(clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts, ev.witness_pending)
         return LoopOutput(clock.t, s.x, buf, stats, status)

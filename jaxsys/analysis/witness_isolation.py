@@ -1,15 +1,35 @@
-"""Witness isolation: where in a step a witness function first crosses zero in its direction.
+"""Witness detection and isolation: where in a step a witness function first crosses zero in its
+direction.
 
-When a witness triggers over an accepted step, :func:`isolate_crossing` finds its first crossing by
-regula falsi (Illinois) on trial steps of the same integrator, lands the state just past it, and gives
-the landing time the implicit-function-theorem derivative of the crossing time.
+**Detection** (:func:`detect_crossings`). A witness is checked at the step's end *and* at
+``WITNESS_SAMPLES - 1`` interior points of the step's quadratic continuous extension
+(x(θ) = x + θ h f(t, x) + θ² (x_new - x - h f(t, x))), relative to its value at the step's start. So two
+crossings inside one step (down and back up), which an end-point test cannot see, are found as long
+as they are more than ``h / WITNESS_SAMPLES`` apart (on the extension, which is within O(h³) of the
+step). The first sample where the witness has triggered bounds the first crossing.
+
+**Isolation** (:func:`isolate_crossing`). Every trial is one step of the same integrator from (t,
+x), as in Drake (no interpolation). For each witness that triggered, a bracket [lo, hi] of the step
+fraction (lo: not triggered, hi: triggered) is narrowed by the Illinois variant of regula falsi with
+a bisection safeguard (a bisection whenever two iterations did not halve the bracket, so one-sided
+brackets, such as a witness that starts a step a hair from zero, converge too) until it is no wider
+than the isolation window (:func:`isolation_window`). The state lands on the bracket's triggered
+end, so it is never before the crossing and at most one window after it (and at least one window
+into the step, so that time always moves), and the witness cannot trigger again on the next step.
+The earliest crossing among the witnesses wins.
+
+**Derivatives.** The search runs on values whose derivatives are cut (a ``lax.while_loop``); the
+landing time carries the implicit-function-theorem sensitivity of the crossing time t*: a Newton
+correction t* = t_hi - w(t_hi) / (dw/dt) whose value is dropped but whose derivative,
+-(dw/dθ) / (dw/dt), is kept.
 
 Imports: :mod:`.event_loop` (``EventProgram``) only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +37,55 @@ import jax.numpy as jnp
 from .event_loop import EventProgram
 
 
+if TYPE_CHECKING:
+    from ..framework.context import Context
+
+
 Array = jax.Array
+
+WITNESS_SAMPLES = 4  # witness checks per step (the end point and 3 interior points)
+ISOLATION_ULPS = 16  # the isolation window is at least this many units in the last place of time
+_MAX_ITERATIONS = 200  # bound on bracketing iterations (bisection every third: ~3 log2(h / window))
+_LANDING_TRIES = 6
+
+
+def isolation_window(t: Array, h: Array, iterations: int) -> Array:
+    """Width, s, to which a crossing in a step of size ``h`` from ``t`` is isolated: ``h * 2**-iterations``,
+    but at least ``ISOLATION_ULPS`` units in the last place of the time (in float32 ~2e-6 max(1, |t|)),
+    so that landing past the crossing always moves time forward."""
+    eps = float(jnp.finfo(t.dtype).eps)
+    resolution = ISOLATION_ULPS * eps * jnp.maximum(1.0, jnp.abs(t) + jnp.abs(h))
+    return jnp.maximum(h * (2.0**-iterations), resolution)
+
+
+def detect_crossings(
+    program: EventProgram,
+    make_ctx: Callable[[Array, Array], Context],
+    t: Array,
+    x: Array,
+    h: Array,
+    f0: Array,
+    x_new: Array,
+    w0: Array,
+    w1: Array,
+) -> tuple[Array, Array, Array]:
+    """Per witness: whether it triggers between two consecutive samples of the step (its start, the
+    interior points of the extension, its end), and the first such pair's step fractions (lo, hi), s.
+    See the module docstring."""
+    m = WITNESS_SAMPLES
+    thetas = jnp.arange(1, m, dtype=t.dtype) / m
+    slope = h * f0
+    curve = x_new - x - slope
+
+    def at(theta: Array) -> Array:
+        return program.witness_values(make_ctx(t + theta * h, x + theta * slope + theta * theta * curve))
+
+    inner = jax.vmap(at)(thetas)  # (m - 1, number of witnesses)
+    samples = jnp.concatenate([w0[None], inner, w1[None]], axis=0)
+    fired = jax.vmap(program.triggered)(samples[:-1], samples[1:])  # (m, number of witnesses)
+    first = jnp.argmax(fired, axis=0)
+    taus = jnp.concatenate([jnp.zeros(1, t.dtype), thetas * h, h[None]])
+    return jnp.any(fired, axis=0), taus[first], taus[first + 1]
 
 
 def isolate_crossing(
@@ -25,29 +93,28 @@ def isolate_crossing(
     integrator: Any,
     f: Any,
     aux: Any,
-    make_ctx: Any,
+    make_ctx: Callable[[Array, Array], Context],
     t: Array,
     x: Array,
     h: Array,
     w0: Array,
     w1: Array,
-    iterations: int,
-) -> tuple[Array, Array, Array]:
-    """The first witness crossing in a step of size ``h`` from (t, x); ``w0``, ``w1``: the witness
-    values at its start and end.
+    candidates: Array,
+    lo0: Array,
+    hi0: Array,
+    window: Array,
+) -> tuple[Array, Array, Array, Array]:
+    """The first witness crossing in a step of size ``h`` from (t, x).
 
-    Every trial is one step of the same integrator from (t, x), as in Drake (no interpolation). For
-    each witness that triggered over the step, the Illinois variant of regula falsi on
-    tau -> w(t + tau, step(tau)) brackets its zero (superlinear: ~10 trial steps where bisection to
-    the same precision takes 40); the earliest zero wins. The state lands just past it (as Drake
-    does), ``h * 2**-iterations`` after the zero estimate or the first of a few wider margins at which
-    the witness has triggered, so it cannot trigger again on the next step. For derivatives, the
-    landing time carries the implicit-function-theorem sensitivity of the crossing time t*: a Newton
-    correction t* = t_hi - w(t_hi) / (dw/dt) whose value is dropped but whose derivative,
-    -(dw/dtheta) / (dw/dt), is kept.
-    Returns (landing time, state there, which witnesses triggered).
+    **Arguments:** `w0`, `w1`: the witness values at the step's ends; `candidates`, `lo0`, `hi0`: per
+    witness, whether detection saw it trigger and between which step fractions, s
+    (:func:`detect_crossings`); `window`: the isolation window, s.
+
+    **Returns:** (landing time, state there, which witnesses triggered there, whether a crossing was
+    isolated: False when no trial step confirms the detection, and the step is then kept whole).
     """
     n_w = len(program.witnesses)
+    dtype = h.dtype
 
     def step_to(tau: Array) -> Array:
         return integrator.attempt_step(f, t, x, tau, aux)[0]
@@ -55,57 +122,118 @@ def isolate_crossing(
     def values_at(tau: Array) -> Array:
         return program.witness_values(make_ctx(t + tau, step_to(tau)))
 
-    candidates = program.triggered(w0, w1)
+    # The bracket search is not differentiated: its inputs, closed-over arrays included, are cut.
+    all_values, consts = jax.closure_convert(values_at, h)
+    consts = [jax.lax.stop_gradient(c) for c in consts]
+    sg = jax.lax.stop_gradient
+    w0_, w1_, h_, window_ = sg(w0), sg(w1), sg(h), sg(window)
+    lo0, hi0 = sg(lo0), sg(hi0)
 
-    def illinois(_: int, state: Any) -> Any:
-        # per witness: bracket [lo, hi] (lo: not triggered, hi: triggered), the values there, and
-        # which end moved last (+1 hi, -1 lo)
-        lo, hi, g_lo, g_hi, last = state
-        denom = g_hi - g_lo
-        guess = jnp.where(denom != 0, lo - g_lo * (hi - lo) / jnp.where(denom != 0, denom, 1.0), 0.5 * (lo + hi))
-        width = hi - lo
-        mid = jnp.clip(guess, lo + 1e-3 * width, hi - 1e-3 * width)  # strictly inside
-        g_mid = jax.vmap(lambda j, tau: values_at(tau)[j])(jnp.arange(n_w), mid)
-        fired = program.triggered(w0, g_mid)  # witness j judged at its own trial time
-        # Illinois: when the same end moves twice in a row, halve the value kept at the other end
-        g_lo = jnp.where(fired & (last == 1), 0.5 * g_lo, g_lo)
-        g_hi = jnp.where(~fired & (last == -1), 0.5 * g_hi, g_hi)
-        return (
-            jnp.where(fired, lo, mid),
-            jnp.where(fired, mid, hi),
-            jnp.where(fired, g_lo, g_mid),
-            jnp.where(fired, g_mid, g_hi),
-            jnp.where(fired, 1, -1).astype(jnp.int32),
-        )
+    def per_witness(tau: Array) -> Array:
+        """Witness j's value at its own trial fraction tau[j]."""
+        return jax.vmap(lambda j, tt: all_values(tt, *consts)[j])(jnp.arange(n_w), tau)
 
-    zeros = jnp.zeros((n_w,), h.dtype)
-    his = jnp.broadcast_to(h, (n_w,)).astype(h.dtype)
-    state0 = (zeros, his, w0.astype(h.dtype), w1.astype(h.dtype), jnp.zeros((n_w,), jnp.int32))
-    _, hi, _, _, _ = jax.lax.stop_gradient(jax.lax.fori_loop(0, _ILLINOIS_ITERATIONS, illinois, state0))
-    # the earliest crossing among the witnesses that triggered over the whole step
-    first = jnp.argmin(jnp.where(candidates, hi, jnp.inf))
-    root_hi = hi[first]
-    # land just past it: a margin beyond the bracket's triggered end (so that rounding in the landing
-    # step cannot leave the state on the untriggered side), the first of a few widening margins at
-    # which the witness has triggered; the full step (which triggered) if none did
-    margins = h * (2.0**-iterations) * (4.0 ** jnp.arange(_LANDING_TRIES, dtype=h.dtype))
-    taus = jnp.minimum(root_hi + margins, h)
-    fires = jax.vmap(lambda tau: jnp.any(program.triggered(w0, values_at(tau))))(taus)
-    hi_land = jax.lax.stop_gradient(jnp.where(jnp.any(fires), taus[jnp.argmax(fires)], h))
-    t_hi = t + hi_land
-    x_hi = step_to(hi_land)
-    trig = program.triggered(w0, program.witness_values(make_ctx(t_hi, x_hi)))
-    j = jnp.argmax(trig)
+    # confirm the detected bracket with trial steps (interior samples came from the extension)
+    g_lo0 = jnp.where(lo0 <= 0, w0_, per_witness(lo0))
+    g_hi0 = jnp.where(hi0 >= h_, w1_, per_witness(jnp.minimum(hi0, h_)))
+    confirmed = candidates & program.triggered(g_lo0, g_hi0)
+    whole = candidates & ~confirmed & program.triggered(w0_, w1_)  # else fall back to the whole step
+    active = confirmed | whole
+    ref = jnp.where(confirmed, g_lo0, w0_)  # each bracket is judged against the value at its start
+    lo = jnp.where(confirmed, lo0, 0.0)
+    hi = jnp.where(confirmed, hi0, h_)
+    g_hi = jnp.where(confirmed, g_hi0, w1_)
+    lo, hi = _bracket(program, per_witness, active, ref, lo, hi, g_hi, window_)
+    # the earliest crossing among the witnesses that triggered
+    first = jnp.argmin(jnp.where(active, hi, jnp.inf))
+    isolated = jnp.any(active)
+
+    def fired_at(values: Array) -> Array:
+        return active & program.triggered(ref, values)
+
+    # land on the bracket's triggered end, but at least one window into the step (time must move,
+    # also when the crossing is at the step's very start); should the state there not trigger
+    # (rounding), the first of a few wider margins that does; the whole step if none does
+    hi_land = jnp.clip(hi[first], window_, h_)
+    margins = window_ * jnp.concatenate([jnp.zeros(1, dtype), 4.0 ** jnp.arange(_LANDING_TRIES - 1, dtype=dtype)])
+    taus = jnp.minimum(hi_land + margins, h_)
+    fires = jax.vmap(lambda tau: jnp.any(fired_at(all_values(tau, *consts))))(taus)
+    tau_land = sg(jnp.where(isolated & jnp.any(fires), taus[jnp.argmax(fires)], h_))
+    # derivative of the crossing time t* (implicit function theorem at the landing point): a Newton
+    # correction whose value is exactly zero (d - stop_gradient(d)) but whose derivative is dt*
+    x_hi = step_to(tau_land)
+    t_hi = t + tau_land
+    j = jnp.argmax(fired_at(program.witness_values(make_ctx(t_hi, x_hi))))
 
     def wj(tt: Array, xx: Array) -> Array:
         return program.witness_values(make_ctx(tt, xx))[j]
 
     w_val, dwdt = jax.jvp(wj, (t_hi, x_hi), (jnp.ones_like(t_hi), f(t_hi, x_hi)))
-    dwdt = jax.lax.stop_gradient(jnp.where(jnp.abs(dwdt) > 0, dwdt, 1.0))
-    t_star = t_hi - w_val / dwdt
-    t_land = t_star + jax.lax.stop_gradient(t_hi - t_star)
-    return t_land, step_to(t_land - t), trig
+    dwdt = sg(jnp.where(jnp.abs(dwdt) > 0, dwdt, 1.0))
+    correction = -w_val / dwdt
+    delta = jnp.where(isolated, correction - sg(correction), 0.0)
+    t_land = t_hi + delta
+    x_land = step_to(tau_land + delta)
+    # the events that fire are judged on the state actually kept (if rounding left it untriggered,
+    # none fire now: the next step starts a hair before the crossing and finds it again)
+    trig = fired_at(program.witness_values(make_ctx(t_land, x_land)))
+    trig = jnp.where(isolated, trig, program.triggered(w0, w1))
+    return t_land, x_land, trig, isolated
 
 
-_ILLINOIS_ITERATIONS = 10
-_LANDING_TRIES = 6
+def _bracket(
+    program: EventProgram,
+    values: Callable[[Array], Array],
+    active: Array,
+    ref: Array,
+    lo: Array,
+    hi: Array,
+    g_hi: Array,
+    window: Array,
+) -> tuple[Array, Array]:
+    """Narrow each active witness's bracket [lo, hi] to ``window`` (see the module docstring): an end is
+    "triggered" when going from ``ref`` (the value at the bracket's initial start) to its value
+    triggers the witness.
+
+    Illinois regula falsi: when the same end moves twice in a row, the value kept at the other end is
+    halved. Safeguard: an iteration whose bracket is not at most half as wide as two iterations before
+    bisects (so the width halves at least every third iteration). Returns (lo, hi); inactive witnesses
+    are left alone."""
+    dtype = hi.dtype
+    g_lo = ref.astype(dtype)
+    last = jnp.zeros(hi.shape, jnp.int32)  # which end moved last (+1 hi, -1 lo)
+    width0 = hi - lo
+
+    def unconverged(lo: Array, hi: Array) -> Array:
+        return active & (hi - lo > window)
+
+    def cond(state: Any) -> Array:
+        lo, hi, _, _, _, _, _, it = state
+        return jnp.any(unconverged(lo, hi)) & (it < _MAX_ITERATIONS)
+
+    def body(state: Any) -> Any:
+        lo, hi, g_lo, g_hi, last, w_prev, w_prev2, it = state
+        width = hi - lo
+        denom = g_hi - g_lo
+        guess = jnp.where(denom != 0, lo - g_lo * width / jnp.where(denom != 0, denom, 1.0), lo + 0.5 * width)
+        guess = jnp.clip(guess, lo + 1e-3 * width, hi - 1e-3 * width)  # strictly inside
+        bisect = width > 0.5 * w_prev2
+        mid = jnp.where(bisect, lo + 0.5 * width, guess)
+        g_mid = values(mid)
+        fired = program.triggered(ref, g_mid)  # witness j judged at its own trial time
+        move = unconverged(lo, hi)
+        g_lo_k = jnp.where(fired & (last == 1) & ~bisect, 0.5 * g_lo, g_lo)
+        g_hi_k = jnp.where(~fired & (last == -1) & ~bisect, 0.5 * g_hi, g_hi)
+        new = (
+            jnp.where(fired, lo, mid),
+            jnp.where(fired, mid, hi),
+            jnp.where(fired, g_lo_k, g_mid),
+            jnp.where(fired, g_mid, g_hi_k),
+            jnp.where(fired, 1, -1).astype(jnp.int32),
+        )
+        lo, hi, g_lo, g_hi, last = (jnp.where(move, a, b) for a, b in zip(new, (lo, hi, g_lo, g_hi, last)))
+        return lo, hi, g_lo, g_hi, last, width, w_prev, it + 1
+
+    state = (lo, hi, g_lo, g_hi.astype(dtype), last, width0, 2.0 * width0, jnp.zeros((), jnp.int32))
+    lo, hi, *_ = jax.lax.while_loop(cond, body, state)
+    return lo, hi

@@ -103,12 +103,23 @@ class Event:
 
 
 # Event times within this tolerance of each other are simultaneous (Drake takes a 1.1e-16 s step
-# between offset + k period computed two ways; jaxsys does not).
+# between offset + k period computed two ways; jaxsys does not). The tolerance is relative to
+# max(1, |t|) and tied to the dtype's resolution: 1e-12 in float64, 8 units in the last place in
+# float32 (~1e-6), where offset + k period and a step's end computed as t0 + n h, or by a fused
+# multiply-add, differ by a few units in the last place.
 SIMULTANEITY_RTOL = 1e-12
+SIMULTANEITY_ULPS = 8
 
 
-def _time_tolerance(t: Any) -> jax.Array:
-    return SIMULTANEITY_RTOL * jnp.maximum(1.0, jnp.abs(t))
+def time_tolerance(t: Any) -> jax.Array:
+    """Times within this of ``t`` are simultaneous with it (s; from ``t``'s dtype, see above)."""
+    t = jnp.asarray(t)
+    dtype = t.dtype if jnp.issubdtype(t.dtype, jnp.floating) else jnp.float64
+    rtol = max(SIMULTANEITY_RTOL, SIMULTANEITY_ULPS * float(jnp.finfo(dtype).eps))
+    return rtol * jnp.maximum(1.0, jnp.abs(t))
+
+
+_time_tolerance = time_tolerance
 
 
 class EventCollection:

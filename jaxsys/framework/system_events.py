@@ -163,11 +163,21 @@ class SystemEvents(eqx.Module):
         for li, leaf in enumerate(leaves):
             if leaf._spec is witness.system._spec:
                 ctx = leaf_contexts_with_inputs(self, context)[li]
-                value = jnp.asarray(_call(leaf, witness.calc, ctx))
-                if value.size != 1:
+                raw = _call(leaf, witness.calc, ctx)
+                who = f"Witness function {witness.description!r} of System {leaf.get_system_id_string()}"
+                if isinstance(raw, (tuple, list, dict)) or raw is None:
                     raise StateError(
-                        f"Witness function {witness.description!r} of System {leaf.get_system_id_string()} must "
-                        f"return a scalar; it returned shape {value.shape}."
+                        f"{who} must return a real floating-point scalar (an array of shape ()); it returned "
+                        f"a {type(raw).__name__}."
                     )
+                value = jnp.asarray(raw)
+                if not jnp.issubdtype(value.dtype, jnp.floating):
+                    raise StateError(
+                        f"{who} must return a real floating-point scalar; it returned dtype {value.dtype} (an "
+                        f"integer or boolean witness cannot be root-found, a complex one has no sign). Return "
+                        f"a float, e.g. jnp.asarray(value, context.get_time().dtype)."
+                    )
+                if value.size != 1:
+                    raise StateError(f"{who} must return a scalar; it returned shape {value.shape}.")
                 return jnp.reshape(value, ()).astype(context.time.dtype)
         raise StateError(f"{witness!r} does not belong to System {self.get_system_id_string()} or its subsystems.")
