@@ -57,6 +57,7 @@ from .analysis.simulator import (
     SimulationResult as SimulationResult,
     Simulator as Simulator,
     SimulatorStatistics as SimulatorStatistics,
+    Status as Status,
     simulate as simulate,
 )
 from .analysis.trajopt import (

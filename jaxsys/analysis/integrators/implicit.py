@@ -34,7 +34,9 @@ class _ImplicitBase(IntegratorBase):
         z, _ = jax.lax.scan(body, guess, None, length=self.newton_iterations)
         r = residual(z)
         scale = 1.0 + jnp.max(jnp.abs(z))
-        ok = jnp.all(jnp.isfinite(z)) & (jnp.max(jnp.abs(r)) <= self.newton_tolerance * scale)
+        # the tolerance, but never below what the dtype resolves (float32: ~8e-6 relative)
+        tol = max(self.newton_tolerance, 64 * float(jnp.finfo(z.dtype).eps))
+        ok = jnp.all(jnp.isfinite(z)) & (jnp.max(jnp.abs(r)) <= tol * scale)
         return z, ok
 
 
