@@ -345,3 +345,32 @@ def test_nan_witness_is_reported():
         assert int(r.stats.num_step_attempts) == 1  # reported at once, not after max_steps
     with pytest.raises(Exception, match="witness function returned NaN"):
         js.simulate(w, w.create_default_context(), 1.0)
+
+
+def test_context_accuracy_sets_the_isolation_window():
+    """Drake's mapping: with an accuracy a on the context, crossings are isolated to 0.01 a seconds."""
+    base = CLOCK.create_default_context().with_numeric_parameter(0, jnp.array([1.0, 0.13]))  # cubic
+    integ = js.RungeKutta4Integrator(max_step_size=0.25)
+    for accuracy in [1e-2, 1e-4, 1e-6]:
+        ctx = base.with_accuracy(accuracy)
+        assert ctx.with_time(0.5).with_continuous_state(jnp.ones(1)).get_accuracy() == accuracy
+        r = js.simulate(CLOCK, ctx, 1.0, integ)
+        err = float(r.get_publish_log("once").times[0]) - 0.13
+        assert 0.0 <= err <= 0.01 * accuracy
+        assert r.context.get_accuracy() == accuracy
+    # without it, the step-relative window: 0.25 * 2**-40 ~ 2e-13
+    err = float(js.simulate(CLOCK, base, 1.0, integ).get_publish_log("once").times[0]) - 0.13
+    assert 0.0 <= err <= 0.25 * 2.0**-40
+    with pytest.raises(js.JaxsysError, match=r"accuracy .* must be a number in \(0, 1\)"):
+        base.with_accuracy(0.0)
+
+
+def test_context_accuracy_kept_by_diagram_contexts():
+    builder = js.DiagramBuilder()
+    builder.add_system(Sampled())
+    builder.add_system(Clock())
+    d = builder.build("d")
+    ctx = d.create_default_context().with_accuracy(1e-3)
+    sub = d.get_subsystem_context(ctx, d.get_systems()[1])
+    moved = d.set_subsystem_context(ctx.with_time(0.25).with_continuous_state(jnp.ones(2)), d.get_systems()[1], sub)
+    assert moved.get_accuracy() == 1e-3 and moved.with_accuracy(None).get_accuracy() is None

@@ -90,7 +90,8 @@ def simulate(
     - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
       from their period and the horizon when those are known while tracing).
     - `witness_iterations`: precision of witness isolation: the crossing is isolated to a window of
-      (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step), but never narrower than
+      (step size) * 2**-witness_iterations (default 40: ~1e-12 of the step) or, when the context has
+      an accuracy set (``context.with_accuracy(a)``), Drake's 0.01 * a seconds; never narrower than
       16 units in the last place of the time (float32: ~2e-6 s * max(1, |t|)). The state lands on
       the window's far side: never before the crossing, at most one window after it.
     - `witness_isolation`: True (default): isolate each crossing by trial steps and land just past it.

@@ -268,7 +268,7 @@ class StepLoop:
         f0 = attempt.k_first if attempt.k_first is not None else start.f(t, start.x)
         candidates, lo0, hi0 = detect_crossings(program, start.make_ctx, t, start.x, choice.h, f0, x_new, w0, w1)
         candidates = candidates & accept
-        window = isolation_window(t, choice.h, self.witness_iterations)
+        window = isolation_window(t, choice.h, self.witness_iterations, self.run.context.get_accuracy())
         t_new, x_new, w_now, isolated = jax.lax.cond(
             jnp.any(candidates),
             lambda: isolate_crossing(

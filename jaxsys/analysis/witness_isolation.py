@@ -49,13 +49,16 @@ _MAX_ITERATIONS = 200  # bound on bracketing iterations (bisection every third: 
 _LANDING_TRIES = 6
 
 
-def isolation_window(t: Array, h: Array, iterations: int) -> Array:
+def isolation_window(t: Array, h: Array, iterations: int, accuracy: float | None = None) -> Array:
     """Width, s, to which a crossing in a step of size ``h`` from ``t`` is isolated: ``h * 2**-iterations``,
-    but at least ``ISOLATION_ULPS`` units in the last place of the time (in float32 ~2e-6 max(1, |t|)),
-    so that landing past the crossing always moves time forward."""
+    or, when the context has an accuracy set, Drake's ``0.01 * accuracy * 1 s``
+    (``Simulator::GetCurrentWitnessTimeIsolation``); at least ``ISOLATION_ULPS`` units in the last
+    place of the time (in float32 ~2e-6 max(1, |t|)), so that landing past the crossing always moves
+    time forward."""
     eps = float(jnp.finfo(t.dtype).eps)
     resolution = ISOLATION_ULPS * eps * jnp.maximum(1.0, jnp.abs(t) + jnp.abs(h))
-    return jnp.maximum(h * (2.0**-iterations), resolution)
+    wanted = h * (2.0**-iterations) if accuracy is None else jnp.asarray(0.01 * accuracy, t.dtype)
+    return jnp.maximum(wanted, resolution)
 
 
 def detect_crossings(

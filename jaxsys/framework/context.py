@@ -95,6 +95,31 @@ class Context(abc.ABC):
         """The id of the system that created this context (0 = none)."""
         return self.system_id
 
+    # --- accuracy ----------------------------------------------------------------------------
+    def get_accuracy(self) -> float | None:
+        """The requested accuracy, or None when unset (Drake: ``get_accuracy``)."""
+        return self.accuracy
+
+    def with_accuracy(self, accuracy: float | None) -> Context:
+        """A copy with the requested accuracy (Drake: ``SetAccuracy``): a unitless number in (0, 1), or
+        None to unset it.
+
+        :func:`~jaxsys.simulate` uses it as Drake's Simulator does for witness isolation: crossings are
+        isolated to a window of ``max(0.01 * accuracy * 1 s, working minimum step)`` instead of the
+        step-relative ``step * 2**-witness_iterations``. It is structure (static), as in Drake a
+        setting rather than a value: changing it recompiles a jitted simulation. Set it on the root
+        context (the one passed to ``simulate``); subcontexts do not carry it.
+        """
+        if accuracy is not None:
+            a = float(accuracy)
+            if not (0.0 < a < 1.0):
+                raise StateError(
+                    f"with_accuracy: the accuracy of the context of System {describe_system_id(self.system_id)} "
+                    f"must be a number in (0, 1) or None; got {accuracy!r}."
+                )
+            accuracy = a
+        return dataclasses.replace(self, accuracy=accuracy)
+
     # --- time --------------------------------------------------------------------------------
     def get_time(self) -> Array:
         """The time t in seconds (Drake: ``get_time``)."""
@@ -443,6 +468,7 @@ class LeafContext(Context):
     - `parameters`: :class:`Parameters`.
     - `inputs`: one entry per input port: the fixed (or diagram-supplied) value, or ``None``.
     - `system_id`: id of the creating LeafSystem (static).
+    - `accuracy`: the requested accuracy (static; see :meth:`Context.with_accuracy`), or None.
     """
 
     time: Array
@@ -450,6 +476,7 @@ class LeafContext(Context):
     parameters: Parameters
     inputs: tuple[Any, ...]
     system_id: int = _static(INVALID_SYSTEM_ID)
+    accuracy: float | None = _static(None)
 
     def _leaf_contexts(self) -> list[LeafContext]:
         return [self]
@@ -472,10 +499,10 @@ class LeafContext(Context):
             kw.get("abstract_state", s.abstract_state),
             s.system_id,
         )
-        return LeafContext(self.time, new, self.parameters, self.inputs, self.system_id)
+        return LeafContext(self.time, new, self.parameters, self.inputs, self.system_id, self.accuracy)
 
     def _with_inputs(self, inputs: tuple[Any, ...]) -> LeafContext:
-        return LeafContext(self.time, self.state, self.parameters, inputs, self.system_id)
+        return LeafContext(self.time, self.state, self.parameters, inputs, self.system_id, self.accuracy)
 
     def with_time(self, t: Any) -> LeafContext:
         """A copy at time ``t`` (seconds; Drake: ``SetTime``)."""
@@ -485,6 +512,7 @@ class LeafContext(Context):
             self.parameters,
             self.inputs,
             self.system_id,
+            self.accuracy,
         )
 
 

@@ -96,6 +96,7 @@ class DiagramContext(Context):
     - `inputs`: values fixed on the diagram's own (exported) input ports, or ``None``.
     - `system_id`: id of the Diagram (static).
     - `layout`: a :class:`PackLayout`: where each subcontext is stored (static).
+    - `accuracy`: the requested accuracy (static; see :meth:`Context.with_accuracy`), or None.
 
     The storage is invisible to users: :attr:`subcontexts` and every accessor return ordinary
     per-subsystem contexts.
@@ -107,6 +108,7 @@ class DiagramContext(Context):
     inputs: tuple[Any, ...]
     system_id: int = _static(INVALID_SYSTEM_ID)
     layout: PackLayout = _static(PackLayout((), ()))
+    accuracy: float | None = _static(None)
 
     @staticmethod
     def make(
@@ -115,6 +117,7 @@ class DiagramContext(Context):
         inputs: tuple[Any, ...],
         system_id: int,
         plan: Sequence[Sequence[int]] = (),
+        accuracy: float | None = None,
     ) -> DiagramContext:
         """Build a DiagramContext from its subcontexts, stacking those of each ``plan`` entry (indices
         of identical leaf subsystems) whose contexts have the same structure, shapes and dtypes."""
@@ -152,7 +155,7 @@ class DiagramContext(Context):
                 slots.append((-1, len(loose)))
                 loose.append(sub)
         layout = PackLayout(tuple(slots), tuple(members_all))
-        return DiagramContext(time, tuple(loose), tuple(packs), inputs, system_id, layout)
+        return DiagramContext(time, tuple(loose), tuple(packs), inputs, system_id, layout, accuracy)
 
     @property
     def packing(self) -> tuple[tuple[tuple[int, int], ...], ...]:
@@ -188,7 +191,7 @@ class DiagramContext(Context):
             return dataclasses.replace(self, packs=packs, layout=layout)
         subs = list(self.subcontexts)
         subs[i] = sub
-        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan())
+        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan(), self.accuracy)
 
     def _num_leaves(self) -> int:
         return sum(len(m) for m in self.layout.members) + sum(s._num_leaves() for s in self.loose)
@@ -219,7 +222,7 @@ class DiagramContext(Context):
                 n = self.loose[m]._num_leaves()
                 subs.append(self.loose[m]._with_leaf_contexts(leaves[pos : pos + n]))
                 pos += n
-        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan())
+        return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan(), self.accuracy)
 
     def num_subcontexts(self) -> int:
         """Number of subsystem contexts."""
@@ -232,7 +235,7 @@ class DiagramContext(Context):
         packs = tuple(
             dataclasses.replace(p, time=jnp.broadcast_to(t, (len(m),))) for p, m in zip(self.packs, self.layout.members)
         )
-        return DiagramContext(t, loose, packs, self.inputs, self.system_id, self.layout)
+        return DiagramContext(t, loose, packs, self.inputs, self.system_id, self.layout, self.accuracy)
 
     # --- continuous state in storage blocks (a loose leaf, or a whole pack) -----------------------
     def _cont_blocks(self, first_leaf: int = 0) -> tuple[list[tuple[Array, list[int], tuple[int, int, int]]], int]:
@@ -315,7 +318,9 @@ class DiagramContext(Context):
             x = xs.pop(0)
             cs = pack.state.continuous_state
             packs.append(pack._replace_state(continuous_state=dataclasses.replace(cs, x=x.astype(cs.x.dtype))))
-        return DiagramContext(self.time, tuple(loose), tuple(packs), self.inputs, self.system_id, self.layout)
+        return DiagramContext(
+            self.time, tuple(loose), tuple(packs), self.inputs, self.system_id, self.layout, self.accuracy
+        )
 
 
 def _cont_layout(blocks: list[tuple[Array, list[int], tuple[int, int, int]]]) -> tuple[np.ndarray, int, int, int]:
