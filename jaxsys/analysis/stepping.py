@@ -49,7 +49,7 @@ from .loops import Run, WhileLoop
 from .recording import initial_saves, record_buffer, run_with_saving
 from .results import STATUS_MAX_STEPS, STATUS_OK, STATUS_WITNESS_NONFINITE, LoopOutput, make_statistics
 from .step_size import StepChoice, Verdict, choose_step, error_control
-from .witness_isolation import detect_crossings, isolate_crossing, isolation_window
+from .witness_isolation import detect_crossings, first_bracket, isolate_crossing, isolation_window
 
 
 Array = jax.Array
@@ -259,19 +259,21 @@ class StepLoop:
             w_now = program.no_witness_flags() if program is not None else None
             return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), w_now, verdict.status
         w0 = program.witness_values(start.make_ctx(t, start.x))
-        w1 = program.witness_values(start.make_ctx(choice.t_new, x_new))
-        bad = accept & ~jnp.all(jnp.isfinite(w0) & jnp.isfinite(w1))
-        status = jnp.where(bad & (verdict.status == STATUS_OK), STATUS_WITNESS_NONFINITE, verdict.status)
         if not self.witness_isolation:
+            w1 = program.witness_values(start.make_ctx(choice.t_new, x_new))
+            status = self._witness_status(w0, w1, accept, verdict.status)
             trig = program.triggered(w0, w1) & accept
             return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), trig, status
         f0 = attempt.k_first if attempt.k_first is not None else start.f(t, start.x)
-        candidates, lo0, hi0 = detect_crossings(program, start.make_ctx, t, start.x, choice.h, f0, x_new, w0, w1)
-        candidates = candidates & accept
-        window = isolation_window(t, choice.h, self.witness_iterations, self.run.context.get_accuracy())
-        t_new, x_new, w_now, isolated = jax.lax.cond(
-            jnp.any(candidates),
-            lambda: isolate_crossing(
+        fired, w1 = detect_crossings(program, start.make_ctx, t, start.x, choice.h, choice.t_new, f0, x_new, w0)
+        status = self._witness_status(w0, w1, accept, verdict.status)
+        candidates = jnp.any(fired, axis=0) & accept
+
+        def isolate() -> tuple[Array, Array, Array, Array]:
+            # (bracket and window computed here: only steps with a crossing pay for them)
+            lo0, hi0 = first_bracket(fired, choice.h)
+            window = isolation_window(t, choice.h, self.witness_iterations, self.run.context.get_accuracy())
+            return isolate_crossing(
                 program,
                 self.integrator,
                 start.f,
@@ -286,10 +288,20 @@ class StepLoop:
                 lo0,
                 hi0,
                 window,
-            ),
+            )
+
+        t_new, x_new, w_now, isolated = jax.lax.cond(
+            jnp.any(candidates),
+            isolate,
             lambda: (choice.t_new, x_new, program.triggered(w0, w1), jnp.array(False)),
         )
         return t_new, choice.reaches_boundary & ~isolated, x_new, isolated, w_now & accept, status
+
+    @staticmethod
+    def _witness_status(w0: Array, w1: Array, accept: Array, status: Array) -> Array:
+        """A non-finite witness value at an accepted step's ends stops the run."""
+        bad = accept & ~jnp.all(jnp.isfinite(w0) & jnp.isfinite(w1))
+        return jnp.where(bad & (status == STATUS_OK), STATUS_WITNESS_NONFINITE, status)
 
     def commit(
         self,

@@ -46,7 +46,6 @@ Array = jax.Array
 WITNESS_SAMPLES = 4  # witness checks per step (the end point and 3 interior points)
 ISOLATION_ULPS = 16  # the isolation window is at least this many units in the last place of time
 _MAX_ITERATIONS = 200  # bound on bracketing iterations (bisection every third: ~3 log2(h / window))
-_LANDING_TRIES = 6
 
 
 def isolation_window(t: Array, h: Array, iterations: int, accuracy: float | None = None) -> Array:
@@ -67,28 +66,34 @@ def detect_crossings(
     t: Array,
     x: Array,
     h: Array,
+    t_new: Array,
     f0: Array,
     x_new: Array,
     w0: Array,
-    w1: Array,
-) -> tuple[Array, Array, Array]:
-    """Per witness: whether it triggers between two consecutive samples of the step (its start, the
-    interior points of the extension, its end), and the first such pair's step fractions (lo, hi), s.
-    See the module docstring."""
+) -> tuple[Array, Array]:
+    """Per sample of the step (the interior points of the extension, then its end) and witness: whether
+    the witness triggers between the previous sample (or the step's start) and this one; and the
+    witness values at the step's end. See the module docstring. Not differentiated."""
     m = WITNESS_SAMPLES
+    sg = jax.lax.stop_gradient
+    t, x, h, t_new, f0, x_new, w0 = (sg(v) for v in (t, x, h, t_new, f0, x_new, w0))
     thetas = jnp.arange(1, m, dtype=t.dtype) / m
     slope = h * f0
     curve = x_new - x - slope
+    xs = x + thetas[:, None] * slope + (thetas * thetas)[:, None] * curve
+    xs = jnp.concatenate([xs, x_new[None]], axis=0)  # the end point itself, exactly
+    ts = jnp.concatenate([t + thetas * h, t_new[None]])  # (the step's end time, exactly)
+    samples = jax.vmap(lambda tt, xx: program.witness_values(make_ctx(tt, xx)))(ts, xs)  # (m, witnesses)
+    before = jnp.concatenate([w0[None], samples[:-1]], axis=0)
+    return jax.vmap(program.triggered)(before, samples), samples[-1]
 
-    def at(theta: Array) -> Array:
-        return program.witness_values(make_ctx(t + theta * h, x + theta * slope + theta * theta * curve))
 
-    inner = jax.vmap(at)(thetas)  # (m - 1, number of witnesses)
-    samples = jnp.concatenate([w0[None], inner, w1[None]], axis=0)
-    fired = jax.vmap(program.triggered)(samples[:-1], samples[1:])  # (m, number of witnesses)
-    first = jnp.argmax(fired, axis=0)
-    taus = jnp.concatenate([jnp.zeros(1, t.dtype), thetas * h, h[None]])
-    return jnp.any(fired, axis=0), taus[first], taus[first + 1]
+def first_bracket(fired: Array, h: Array) -> tuple[Array, Array]:
+    """Per witness, the step fractions (lo, hi), s, of the first pair of samples between which
+    :func:`detect_crossings` saw it trigger (``fired``: shape (samples, witnesses))."""
+    m = fired.shape[0]
+    first = jnp.argmax(fired, axis=0).astype(h.dtype)
+    return first * (h / m), (first + 1.0) * (h / m)
 
 
 def isolate_crossing(
@@ -117,7 +122,6 @@ def isolate_crossing(
     isolated: False when no trial step confirms the detection, and the step is then kept whole).
     """
     n_w = len(program.witnesses)
-    dtype = h.dtype
 
     def step_to(tau: Array) -> Array:
         return integrator.attempt_step(f, t, x, tau, aux)[0]
@@ -154,14 +158,9 @@ def isolate_crossing(
     def fired_at(values: Array) -> Array:
         return active & program.triggered(ref, values)
 
-    # land on the bracket's triggered end, but at least one window into the step (time must move,
-    # also when the crossing is at the step's very start); should the state there not trigger
-    # (rounding), the first of a few wider margins that does; the whole step if none does
-    hi_land = jnp.clip(hi[first], window_, h_)
-    margins = window_ * jnp.concatenate([jnp.zeros(1, dtype), 4.0 ** jnp.arange(_LANDING_TRIES - 1, dtype=dtype)])
-    taus = jnp.minimum(hi_land + margins, h_)
-    fires = jax.vmap(lambda tau: jnp.any(fired_at(all_values(tau, *consts))))(taus)
-    tau_land = sg(jnp.where(isolated & jnp.any(fires), taus[jnp.argmax(fires)], h_))
+    # land on the bracket's triggered end (where the search saw the witness triggered), but at least
+    # one window into the step (time must move, also when the crossing is at the step's very start)
+    tau_land = sg(jnp.where(isolated, jnp.clip(hi[first], window_, h_), h_))
     # derivative of the crossing time t* (implicit function theorem at the landing point): a Newton
     # correction whose value is exactly zero (d - stop_gradient(d)) but whose derivative is dt*
     x_hi = step_to(tau_land)
