@@ -270,8 +270,10 @@ def ball_impacts(z0, t_end, g=9.81, e=0.8):
     return np.array(out)
 
 
-@pytest.mark.parametrize("cls, fixed, dtype", PARAMS)
+@pytest.mark.parametrize("cls, fixed, dtype", [p for p in PARAMS if p.values[2] == jnp.float32])
 def test_publish_only_witness_fires_once_per_impact(cls, fixed, dtype):
+    """float32 (where the landing margin used to be below the time's resolution); float64's bouncing
+    ball is checked against the analytic solution in test_witness.py."""
     base = BALL.create_default_context(dtype)
     ctxs = jax.vmap(lambda z: base.with_continuous_state(jnp.stack([z, jnp.zeros_like(z)])))(
         jnp.asarray(HEIGHTS, dtype)

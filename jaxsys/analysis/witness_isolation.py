@@ -80,12 +80,15 @@ def detect_crossings(
     thetas = jnp.arange(1, m, dtype=t.dtype) / m
     slope = h * f0
     curve = x_new - x - slope
-    xs = x + thetas[:, None] * slope + (thetas * thetas)[:, None] * curve
-    xs = jnp.concatenate([xs, x_new[None]], axis=0)  # the end point itself, exactly
-    ts = jnp.concatenate([t + thetas * h, t_new[None]])  # (the step's end time, exactly)
-    samples = jax.vmap(lambda tt, xx: program.witness_values(make_ctx(tt, xx)))(ts, xs)  # (m, witnesses)
-    before = jnp.concatenate([w0[None], samples[:-1]], axis=0)
-    return jax.vmap(program.triggered)(before, samples), samples[-1]
+    # (no concatenation of states: it would split the fused evaluation into more kernels)
+    inner = jax.vmap(lambda th: program.witness_values(make_ctx(t + th * h, x + th * slope + (th * th) * curve)))(
+        thetas
+    )
+    w1 = program.witness_values(make_ctx(t_new, x_new))
+    pairs = [program.triggered(w0, inner[0])]
+    pairs += [program.triggered(inner[i - 1], inner[i]) for i in range(1, m - 1)]
+    pairs.append(program.triggered(inner[m - 2], w1))
+    return jnp.stack(pairs), w1
 
 
 def first_bracket(fired: Array, h: Array) -> tuple[Array, Array]:
@@ -141,8 +144,11 @@ def isolate_crossing(
         return jax.vmap(lambda j, tt: all_values(tt, *consts)[j])(jnp.arange(n_w), tau)
 
     # confirm the detected bracket with trial steps (interior samples came from the extension)
-    g_lo0 = jnp.where(lo0 <= 0, w0_, per_witness(lo0))
-    g_hi0 = jnp.where(hi0 >= h_, w1_, per_witness(jnp.minimum(hi0, h_)))
+    # (a trial step only where the bracket's end is inside the step: at its ends the values are known)
+    g_lo0 = jax.lax.cond(jnp.any(candidates & (lo0 > 0)), lambda: per_witness(lo0), lambda: w0_)
+    g_lo0 = jnp.where(lo0 <= 0, w0_, g_lo0)
+    g_hi0 = jax.lax.cond(jnp.any(candidates & (hi0 < h_)), lambda: per_witness(jnp.minimum(hi0, h_)), lambda: w1_)
+    g_hi0 = jnp.where(hi0 >= h_, w1_, g_hi0)
     confirmed = candidates & program.triggered(g_lo0, g_hi0)
     whole = candidates & ~confirmed & program.triggered(w0_, w1_)  # else fall back to the whole step
     active = confirmed | whole
