@@ -40,6 +40,12 @@ def _pack(fields: tuple[str, ...], dtype: Any, values: dict[str, Any]) -> Array:
     return jnp.stack([jnp.asarray(values[k], dtype) for k in fields])
 
 
+def _repacked(record: Any, fields: tuple[str, ...], changes: dict[str, Any]) -> Array:
+    """``record``'s packed vector with the named entries changed (the others as they are)."""
+    values = {k: changes[k] if k in changes else getattr(record, k) for k in fields}
+    return _pack(fields, record.packed.dtype, values)
+
+
 class Clock(NamedTuple):
     """Time and step sizes, packed in one float vector (see the module docstring).
 
@@ -68,8 +74,7 @@ class Clock(NamedTuple):
 
     def replace(self, **changes: Array) -> Clock:
         """A copy with the named entries changed."""
-        values = {k: changes[k] if k in changes else getattr(self, k) for k in CLOCK_FIELDS}
-        return Clock(_pack(CLOCK_FIELDS, self.packed.dtype, values))
+        return Clock(_repacked(self, CLOCK_FIELDS, changes))
 
 
 class Counters(NamedTuple):
@@ -100,8 +105,7 @@ class Counters(NamedTuple):
 
     def replace(self, **changes: Array) -> Counters:
         """A copy with the named entries changed."""
-        values = {k: changes[k] if k in changes else getattr(self, k) for k in COUNTER_FIELDS}
-        return Counters(jnp.stack([jnp.asarray(values[k]).astype(jnp.int32) for k in COUNTER_FIELDS]))
+        return Counters(_repacked(self, COUNTER_FIELDS, changes))
 
 
 class FixedGrid(NamedTuple):

@@ -61,8 +61,8 @@ class StepStart(NamedTuple):
     **Fields:** `x` (the continuous state after the updates), `events` (the event carry after them),
     `f` (the vector field at the updated discrete state), `aux` (the integrator's auxiliary data),
     `make_ctx(t, x)` (a context at the updated discrete state), `boundary` (the step may not pass it),
-    `updated` (whether any update ran: the first-same-as-last stage is then stale), `n_u`, `n_d`
-    (unrestricted and discrete updates dispatched, 0 or 1).
+    `n_u`, `n_d` (unrestricted and discrete updates dispatched, 0 or 1: when either ran, the
+    first-same-as-last stage is stale).
     """
 
     x: Array
