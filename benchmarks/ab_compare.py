@@ -124,6 +124,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--base", default="HEAD", help="git revision to compare against (default HEAD)")
     ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--only", default="", help="run only the cases whose name contains this text")
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
     import jaxsys as new
@@ -133,6 +134,8 @@ def main() -> None:
     print(f"after = working tree, before = {args.base}; medians of alternating calls\n")
     print("| case | before ms | after ms | after/before |\n|---|---|---|---|")
     for k in A:
+        if args.only not in k:
+            continue
         fa, ca = A[k]
         fb, cb = B[k]
         jax.block_until_ready(fa(ca))

@@ -376,3 +376,52 @@ def test_context_accuracy_kept_by_diagram_contexts():
     sub = d.get_subsystem_context(ctx, d.get_systems()[1])
     moved = d.set_subsystem_context(ctx.with_time(0.25).with_continuous_state(jnp.ones(2)), d.get_systems()[1], sub)
     assert moved.get_accuracy() == 1e-3 and moved.with_accuracy(None).get_accuracy() is None
+
+
+class _Down:
+    """Stand-in for an EventProgram with one positive-to-non-positive witness."""
+
+    @staticmethod
+    def triggered(ref, value):
+        return (ref > 0) & (value <= 0)
+
+
+_R = 0.3123
+HARD_SHAPES = {  # name: (witness of the step fraction, its root, trials allowed)
+    "linear": (lambda t: _R - t, _R, 4),
+    "quadratic": (lambda t: _R**2 - t**2, _R, 12),
+    "exponential": (lambda t: jnp.exp(-20 * t) - np.exp(-20 * _R), _R, 14),
+    "root at 1e-12 of the start": (lambda t: 1e-12 - t, 1e-12, 6),
+    "root at 1e-5 of the start": (lambda t: 1e-5 - t * (1 + t), (np.sqrt(1 + 4e-5) - 1) / 2, 8),
+    "root 1e-9 before the end": (lambda t: (1 - 1e-9) - t, 1 - 1e-9, 6),
+    "cubic (flat at the root)": (lambda t: -((t - _R) ** 3), _R, 4 * 40 + 4),
+    "ninth power": (lambda t: -jnp.sign(t - _R) * jnp.abs(t - _R) ** 9, _R, 4 * 40 + 4),
+    "steep tanh": (lambda t: -jnp.tanh(1e6 * (t - _R)), _R, 4 * 40 + 4),
+    "step": (lambda t: jnp.where(t < _R, 1.0, -1.0), _R, 4 * 40 + 4),
+    "square root": (lambda t: jnp.sqrt(jnp.abs(_R - t)) * jnp.sign(_R - t), _R, 4 * 40 + 4),
+}
+
+
+@pytest.mark.parametrize("name", list(HARD_SHAPES))
+def test_bracket_search_closes_on_every_shape(name):
+    """The bracket search (Chandrupatla with a bisection safeguard) ends with [lo, hi] around the
+    closed-form root, no wider than the window (2**-40 of the step), within its trial budget: a few
+    trials on smooth witnesses, at most 4 per halving (the safeguard's bound) on any witness."""
+    from jaxsys.analysis.witness_isolation import _bracket
+
+    fn, root, budget = HARD_SHAPES[name]
+    calls = []
+
+    def values(tau):
+        jax.debug.callback(lambda: calls.append(1))
+        return fn(tau)
+
+    lo0, hi0 = jnp.zeros(1), jnp.ones(1)
+    window = jnp.asarray(2.0**-40)
+    lo, hi = _bracket(_Down(), values, jnp.array([True]), fn(lo0), lo0, hi0, fn(hi0), window)
+    jax.effects_barrier()
+    lo, hi = float(lo[0]), float(hi[0])
+    assert fn(jnp.asarray(lo)) > 0 and fn(jnp.asarray(hi)) <= 0  # lo untriggered, hi triggered
+    assert lo - 1e-15 <= root <= hi + 1e-15
+    assert hi - lo <= float(window)
+    assert len(calls) <= budget

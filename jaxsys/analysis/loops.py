@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 
 import equinox.internal as eqxi
 import jax
+from jax._src.ad_util import stop_gradient_p
+from jax.interpreters import ad
 
 from ..framework.context import Context
 from ..framework.system import System
@@ -24,6 +26,19 @@ from .integrators.base import IntegratorBase
 
 
 Array = jax.Array
+
+
+def _stop_gradient_transpose(ct: Any, x: Any) -> tuple[Any]:
+    return (ct,)
+
+
+# JAX issues #22011 / #39219: ``cond``'s batching rule (a batched predicate turns it into a select)
+# wraps every operand in ``stop_gradient``, tangents included, and ``stop_gradient`` has no transpose
+# rule; so ``grad(sum(vmap(f)))`` fails for any custom_jvp ``f`` whose rule holds a ``cond``, as
+# :func:`while_fast_primal`'s does. On a tangent, ``stop_gradient`` is the identity, whose transpose
+# is the identity: the rule lineax and optimistix register for the same bug (registered here only if
+# none is, so whichever library is imported first, the rule is the same).
+ad.primitive_transposes.setdefault(stop_gradient_p, _stop_gradient_transpose)
 
 
 class Run(NamedTuple):

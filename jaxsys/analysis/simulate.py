@@ -122,7 +122,22 @@ def simulate(
 
     **Returns:** a :class:`SimulationResult`. Works under ``jax.jit`` (make ``system`` and
     ``integrator`` static, e.g. with ``eqx.filter_jit``), ``jax.vmap`` over contexts, and
-    ``jax.grad`` / ``jax.jvp`` with respect to anything numeric in the context.
+    ``jax.grad`` / ``jax.jvp`` (any order, and combined with ``vmap`` either way round) with respect
+    to anything numeric in the context.
+
+    **What a derivative is.** The derivative of the map the run computed:
+    - Fixed steps: exactly that map's derivative (finite differences of the same run agree).
+    - Error control: the computed map's derivative *with its step sizes held fixed* (step-size
+      selection is not differentiated, as in Diffrax). It converges to the true sensitivity as the
+      accuracy is tightened, with an error of the order of the run's own error (differentiating the
+      controller would add terms of that size that do not converge).
+    - Witness events: the event time is the zero of the function the isolation root-found (the
+      witness after a trial step of the integrator, as a function of the step's size), and its
+      derivatives are those of that zero by the implicit function theorem, with the rate of the
+      step map (not the ODE's), so they are exact for every integrator at any step size, to any
+      order (Hessians through impacts). A grazing crossing (witness rate zero) has no derivative.
+    - Periodic events happen at fixed times, so their times have no derivative; what they compute
+      does.
     """
     if integrator is None:
         integrator = RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)

@@ -140,8 +140,13 @@ def error_control(
     # float32 a step of 1e-14 t would leave the time unchanged)
     resolution = max(1e-14, 4.0 * float(jnp.finfo(t.dtype).eps))
     working_min = jnp.maximum(integrator.requested_minimum_step_size, resolution * jnp.maximum(1.0, jnp.abs(t)))
-    err_norm = state_change_norm(system, context_at_end, num_q, num_v, err, integrator)
-    success, h_next, at_min, violation = adjust_step_size(integrator, err_norm, h, at_minimum > 0, working_min)
+    # Step-size selection is not differentiated (as in Diffrax's controllers): a derivative through an
+    # error-controlled run is that of the computed map with its step sizes held fixed, which converges
+    # to the true sensitivity as the accuracy is tightened (differentiating the controller instead
+    # adds d(step)/d(parameter) terms of the size of the local error, which do not)
+    sg = jax.lax.stop_gradient
+    err_norm = sg(state_change_norm(system, context_at_end, num_q, num_v, err, integrator))
+    success, h_next, at_min, violation = adjust_step_size(integrator, err_norm, sg(h), at_minimum > 0, working_min)
     if not has_state:  # nothing to integrate: every step is accepted
         success, violation = jnp.array(True), jnp.array(False)
     violation = violation & ok

@@ -10,18 +10,21 @@ step). The first sample where the witness has triggered bounds the first crossin
 
 **Isolation** (:func:`isolate_crossing`). Every trial is one step of the same integrator from (t,
 x), as in Drake (no interpolation). For each witness that triggered, a bracket [lo, hi] of the step
-fraction (lo: not triggered, hi: triggered) is narrowed by the Illinois variant of regula falsi with
-a bisection safeguard (a bisection whenever two iterations did not halve the bracket, so one-sided
-brackets, such as a witness that starts a step a hair from zero, converge too) until it is no wider
-than the isolation window (:func:`isolation_window`). The state lands on the bracket's triggered
-end, so it is never before the crossing and at most one window after it (and at least one window
+fraction (lo: not triggered, hi: triggered) is narrowed by Chandrupatla's method (inverse quadratic
+interpolation where it is safe, bisection where it is not, every trial at least half a window inside
+the bracket, so one-sided brackets, such as a witness that starts a step a hair from zero, converge
+too, and a converged estimate closes the bracket with one more trial) until it is no wider than the
+isolation window (:func:`isolation_window`): typically 3-5 trial steps. The state lands on the
+bracket's triggered end, so it is never before the crossing and at most one window after it (and at least one window
 into the step, so that time always moves), and the witness cannot trigger again on the next step.
 The earliest crossing among the witnesses wins.
 
-**Derivatives.** The search runs on values whose derivatives are cut (a ``lax.while_loop``); the
-landing time carries the implicit-function-theorem sensitivity of the crossing time t*: a Newton
-correction t* = t_hi - w(t_hi) / (dw/dt) whose value is dropped but whose derivative,
--(dw/dθ) / (dw/dt), is kept.
+**Derivatives.** The search runs on values whose derivatives are cut (a ``lax.while_loop``). The
+landing fraction is then :func:`crossing_fraction`: its value is the search's, its derivatives
+(custom JVP rule, itself differentiable, so to any order) are those of the zero of the function that
+was root-found, tau -> w(t + tau, step(t, x, tau)), by the implicit function theorem, with that
+function's own rate (the trial step map's, not the ODE's): the derivative of what was computed, for
+every integrator and step size.
 
 Imports: :mod:`.event_loop` (``EventProgram``) only.
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -45,7 +49,7 @@ Array = jax.Array
 
 WITNESS_SAMPLES = 4  # witness checks per step (the end point and 3 interior points)
 ISOLATION_ULPS = 16  # the isolation window is at least this many units in the last place of time
-_MAX_ITERATIONS = 200  # bound on bracketing iterations (bisection every third: ~3 log2(h / window))
+_MAX_ITERATIONS = 200  # bound on bracketing iterations
 
 
 def isolation_window(t: Array, h: Array, iterations: int, accuracy: float | None = None) -> Array:
@@ -166,27 +170,53 @@ def isolate_crossing(
 
     # land on the bracket's triggered end (where the search saw the witness triggered), but at least
     # one window into the step (time must move, also when the crossing is at the step's very start)
-    tau_land = sg(jnp.where(isolated, jnp.clip(hi[first], window_, h_), h_))
-    # derivative of the crossing time t* (implicit function theorem at the landing point): a Newton
-    # correction whose value is exactly zero (d - stop_gradient(d)) but whose derivative is dt*
-    x_hi = step_to(tau_land)
-    t_hi = t + tau_land
-    j = jnp.argmax(fired_at(program.witness_values(make_ctx(t_hi, x_hi))))
-
-    def wj(tt: Array, xx: Array) -> Array:
-        return program.witness_values(make_ctx(tt, xx))[j]
-
-    w_val, dwdt = jax.jvp(wj, (t_hi, x_hi), (jnp.ones_like(t_hi), f(t_hi, x_hi)))
-    dwdt = sg(jnp.where(jnp.abs(dwdt) > 0, dwdt, 1.0))
-    correction = -w_val / dwdt
-    delta = jnp.where(isolated, correction - sg(correction), 0.0)
-    t_land = t_hi + delta
-    x_land = step_to(tau_land + delta)
+    tau_hi = sg(jnp.where(isolated, jnp.clip(hi[first], window_, h_), h_))
     # the events that fire are judged on the state actually kept (if rounding left it untriggered,
     # none fire now: the next step starts a hair before the crossing and finds it again)
-    trig = fired_at(program.witness_values(make_ctx(t_land, x_land)))
+    trig = fired_at(all_values(tau_hi, *consts))
+    j = jnp.argmax(trig)
+
+    def g(tau: Array) -> Array:
+        """Witness j after a trial step of ``tau``: the function whose zero the search found."""
+        return values_at(tau)[j]
+
+    # the landing fraction: tau_hi's value, with the derivatives of the zero of g (to any order)
+    tau = jnp.where(isolated, crossing_fraction(g, tau_hi), h)
     trig = jnp.where(isolated, trig, program.triggered(w0, w1))
-    return t_land, x_land, trig, isolated
+    return t + tau, step_to(tau), trig, isolated
+
+
+def crossing_fraction(g: Callable[[Array], Array], tau: Array) -> Array:
+    """The zero of ``g`` (a witness after a trial step of a given size) that the bracket search found:
+    its value is ``tau`` (the landing fraction, within the isolation window of the zero); its
+    derivatives with respect to the arrays ``g`` closes over are those of the zero, by the implicit
+    function theorem on the function that was root-found, dtau* = -(dg/dp . dp) / (dg/dtau) at tau*:
+    the rate is that of the trial step map (the integrator's step as a function of its size), not the
+    ODE's, so AD is the derivative of what was computed, for every integrator and step size. The rule
+    calls the function again, so it is differentiable in turn: second and higher derivatives
+    (Hessians through impacts) are exact too. A zero where g is flat (a grazing crossing,
+    dg/dtau = 0) has no derivative; it is given that of dg/dtau = 1 rather than an infinity."""
+    # the arrays g closes over become an explicit (differentiated) argument
+    dynamic, static = eqx.partition(eqx.filter_closure_convert(g, tau), eqx.is_array)
+
+    def g_of(p: Any, tt: Array) -> Array:
+        return eqx.combine(p, static)(tt)
+
+    @jax.custom_jvp
+    def zero(p: Any, tau0: Array) -> Array:
+        return tau0
+
+    @zero.defjvp
+    def zero_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+        p, tau0 = primals
+        dp, _ = tangents  # (tau0, the search's result, has no derivative of its own)
+        tau = zero(p, tau0)  # carries the outer derivatives (higher orders)
+        g_tau = jax.jvp(lambda tt: g_of(p, tt), (tau,), (jnp.ones_like(tau),))[1]
+        g_p = jax.jvp(lambda pp: g_of(pp, tau), (p,), (dp,))[1]
+        g_tau = jnp.where(g_tau != 0, g_tau, 1.0)
+        return tau, -g_p / g_tau
+
+    return zero(dynamic, tau)
 
 
 def _bracket(
@@ -203,45 +233,59 @@ def _bracket(
     "triggered" when going from ``ref`` (the value at the bracket's initial start) to its value
     triggers the witness.
 
-    Illinois regula falsi: when the same end moves twice in a row, the value kept at the other end is
-    halved. Safeguard: an iteration whose bracket is not at most half as wide as two iterations before
-    bisects (so the width halves at least every third iteration). Returns (lo, hi); inactive witnesses
-    are left alone."""
+    Chandrupatla's method (Chandrupatla 1997; as in Scherer, *Computational Physics*): inverse
+    quadratic interpolation through the last three points where it is safe, bisection where it is
+    not, and every trial at least half a window inside the bracket, so that once the estimate is
+    within half a window of the crossing the next trial straddles it and the bracket closes. The
+    first trial is the secant (regula falsi) point of the initial bracket. Safeguard: a trial after
+    three iterations that did not halve the bracket is a bisection, so the width halves at least every
+    fourth iteration whatever the witness. Returns (lo, hi); inactive witnesses are left alone."""
     dtype = hi.dtype
-    g_lo = ref.astype(dtype)
-    last = jnp.zeros(hi.shape, jnp.int32)  # which end moved last (+1 hi, -1 lo)
-    width0 = hi - lo
+    f_lo, f_hi = ref.astype(dtype), g_hi.astype(dtype)
+    half = 0.5 * window
 
-    def unconverged(lo: Array, hi: Array) -> Array:
-        return active & (hi - lo > window)
+    def unconverged(a: Array, b: Array) -> Array:
+        return active & (jnp.abs(b - a) > window)
+
+    def safe_div(n: Array, d: Array) -> Array:
+        return n / jnp.where(d != 0, d, 1.0)
+
+    # x1: the newest point, x2: the other end of the bracket, x3: the point x1 or x2 replaced
+    width0 = hi - lo
+    t0 = jnp.where(f_hi != f_lo, safe_div(f_lo, f_lo - f_hi), 0.5)
+    t0 = jnp.clip(t0, safe_div(half, width0), 1.0 - safe_div(half, width0))
+    w_past = (2.0 * width0,) * 3  # bracket widths after the last three iterations
+    state = (lo, f_lo, jnp.zeros(hi.shape, bool), hi, f_hi, lo, f_lo, t0, w_past, jnp.zeros((), jnp.int32))
 
     def cond(state: Any) -> Array:
-        lo, hi, _, _, _, _, _, it = state
-        return jnp.any(unconverged(lo, hi)) & (it < _MAX_ITERATIONS)
+        x1, _, _, x2, *_, it = state
+        return jnp.any(unconverged(x1, x2)) & (it < _MAX_ITERATIONS)
 
     def body(state: Any) -> Any:
-        lo, hi, g_lo, g_hi, last, w_prev, w_prev2, it = state
-        width = hi - lo
-        denom = g_hi - g_lo
-        guess = jnp.where(denom != 0, lo - g_lo * width / jnp.where(denom != 0, denom, 1.0), lo + 0.5 * width)
-        guess = jnp.clip(guess, lo + 1e-3 * width, hi - 1e-3 * width)  # strictly inside
-        bisect = width > 0.5 * w_prev2
-        mid = jnp.where(bisect, lo + 0.5 * width, guess)
-        g_mid = values(mid)
-        fired = program.triggered(ref, g_mid)  # witness j judged at its own trial time
-        move = unconverged(lo, hi)
-        g_lo_k = jnp.where(fired & (last == 1) & ~bisect, 0.5 * g_lo, g_lo)
-        g_hi_k = jnp.where(~fired & (last == -1) & ~bisect, 0.5 * g_hi, g_hi)
-        new = (
-            jnp.where(fired, lo, mid),
-            jnp.where(fired, mid, hi),
-            jnp.where(fired, g_lo_k, g_mid),
-            jnp.where(fired, g_mid, g_hi_k),
-            jnp.where(fired, 1, -1).astype(jnp.int32),
-        )
-        lo, hi, g_lo, g_hi, last = (jnp.where(move, a, b) for a, b in zip(new, (lo, hi, g_lo, g_hi, last)))
-        return lo, hi, g_lo, g_hi, last, width, w_prev, it + 1
+        x1, f1, trig1, x2, f2, x3, f3, t, (wa, wb, wc), it = state
+        move = unconverged(x1, x2)
+        xt = x1 + t * (x2 - x1)
+        ft = values(xt).astype(dtype)
+        trig_t = program.triggered(ref, ft)
+        same = trig_t == trig1  # xt replaces x1 (x2 stays) or the bracket flips to [x1, xt]
+        x3n, f3n = jnp.where(same, x1, x2), jnp.where(same, f1, f2)
+        x2n, f2n = jnp.where(same, x2, x1), jnp.where(same, f2, f1)
+        x1n, f1n = xt, ft
+        # next trial: inverse quadratic interpolation through (x1, x2, x3) where safe, else bisection
+        xi = safe_div(x1n - x2n, x3n - x2n)
+        phi = safe_div(f1n - f2n, f3n - f2n)
+        iqi = (phi * phi < xi) & ((1.0 - phi) ** 2 < 1.0 - xi)
+        t_iqi = safe_div(f1n, f2n - f1n) * safe_div(f3n, f2n - f3n) + safe_div(x3n - x1n, x2n - x1n) * safe_div(
+            f1n, f3n - f1n
+        ) * safe_div(f2n, f3n - f2n)
+        width = jnp.abs(x2n - x1n)
+        iqi = iqi & (width <= 0.5 * wc)
+        tl = safe_div(half, width)
+        t_new = jnp.clip(jnp.where(iqi, t_iqi, 0.5), tl, 1.0 - tl)
+        new = (x1n, f1n, trig_t, x2n, f2n, x3n, f3n, t_new, width, wa, wb)
+        old = (x1, f1, trig1, x2, f2, x3, f3, t, wa, wb, wc)
+        *kept, wa, wb, wc = (jnp.where(move, a, b) for a, b in zip(new, old))
+        return (*kept, (wa, wb, wc), it + 1)
 
-    state = (lo, hi, g_lo, g_hi.astype(dtype), last, width0, 2.0 * width0, jnp.zeros((), jnp.int32))
-    lo, hi, *_ = jax.lax.while_loop(cond, body, state)
-    return lo, hi
+    x1, _, trig1, x2, *_ = jax.lax.while_loop(cond, body, state)
+    return jnp.where(trig1, x2, x1), jnp.where(trig1, x1, x2)
