@@ -8,6 +8,27 @@ import jax.numpy as jnp
 import jaxsys as js
 
 
+# every integrator that runs in fixed-step mode, and every error-controlled one
+FIXED_STEP_INTEGRATORS = [
+    js.ExplicitEulerIntegrator,
+    js.SemiExplicitEulerIntegrator,
+    js.RungeKutta2Integrator,
+    js.RungeKutta3Integrator,
+    js.BogackiShampine3Integrator,
+    js.RungeKutta4Integrator,
+    js.RungeKutta5Integrator,
+    js.ImplicitEulerIntegrator,
+    js.RadauIntegrator,
+]
+ADAPTIVE_INTEGRATORS = [
+    js.RungeKutta3Integrator,
+    js.BogackiShampine3Integrator,
+    js.RungeKutta5Integrator,
+    js.ImplicitEulerIntegrator,
+    js.RadauIntegrator,
+]
+
+
 class PD(js.LeafSystem):
     """u = -kp x0 - kd x1 (parameters [kp, kd]); direct feedthrough x -> u."""
 

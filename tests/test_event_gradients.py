@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from models import ADAPTIVE_INTEGRATORS as ADAPTIVE, FIXED_STEP_INTEGRATORS as FIXED
 
 import jaxsys as js
 from jaxsys.examples import BouncingBall
@@ -103,24 +104,6 @@ class Hybrid(js.LeafSystem):
 HYBRID = Hybrid()
 HYBRID_CONTEXT = HYBRID.create_default_context()
 
-FIXED = [
-    js.ExplicitEulerIntegrator,
-    js.SemiExplicitEulerIntegrator,
-    js.RungeKutta2Integrator,
-    js.RungeKutta3Integrator,
-    js.BogackiShampine3Integrator,
-    js.RungeKutta4Integrator,
-    js.RungeKutta5Integrator,
-    js.ImplicitEulerIntegrator,
-    js.RadauIntegrator,
-]
-ADAPTIVE = [
-    js.RungeKutta3Integrator,
-    js.BogackiShampine3Integrator,
-    js.RungeKutta5Integrator,
-    js.ImplicitEulerIntegrator,
-    js.RadauIntegrator,
-]
 CONFIGS = [(cls, True) for cls in FIXED] + [(cls, False) for cls in ADAPTIVE]
 IDS = [f"{cls.__name__}-{'fixed' if fixed else 'adaptive'}" for cls, fixed in CONFIGS]
 

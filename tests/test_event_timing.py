@@ -19,30 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from models import ADAPTIVE_INTEGRATORS as ADAPTIVE, FIXED_STEP_INTEGRATORS as FIXED
 
 import jaxsys as js
 from jaxsys.analysis.witness_isolation import ISOLATION_ULPS
 from jaxsys.examples import BouncingBall
 
 
-FIXED = [
-    js.ExplicitEulerIntegrator,
-    js.SemiExplicitEulerIntegrator,
-    js.RungeKutta2Integrator,
-    js.RungeKutta3Integrator,
-    js.BogackiShampine3Integrator,
-    js.RungeKutta4Integrator,
-    js.RungeKutta5Integrator,
-    js.ImplicitEulerIntegrator,
-    js.RadauIntegrator,
-]
-ADAPTIVE = [
-    js.RungeKutta3Integrator,
-    js.BogackiShampine3Integrator,
-    js.RungeKutta5Integrator,
-    js.ImplicitEulerIntegrator,
-    js.RadauIntegrator,
-]
 CONFIGS = [(cls, True) for cls in FIXED] + [(cls, False) for cls in ADAPTIVE]
 DTYPES = [jnp.float32, jnp.float64]
 
