@@ -31,6 +31,7 @@ from .analysis.integrators import (
     ExplicitEulerIntegrator as ExplicitEulerIntegrator,
     ImplicitEulerIntegrator as ImplicitEulerIntegrator,
     IntegratorBase as IntegratorBase,
+    Radau1Integrator as Radau1Integrator,
     RadauIntegrator as RadauIntegrator,
     RungeKutta2Integrator as RungeKutta2Integrator,
     RungeKutta3Integrator as RungeKutta3Integrator,

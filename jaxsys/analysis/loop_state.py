@@ -6,6 +6,7 @@
 * :class:`EventCarry`: discrete/abstract state, periodic-event counters, publish logs, event counts;
 * :class:`Fsal`: the end-point derivative a first-same-as-last method reuses;
 * :class:`DenseStep`: the last accepted step and its interpolation data (``dense_output``);
+* :class:`NewtonCarry`: an implicit method's Jacobian and factorizations, and its Newton statistics;
 * :class:`LoopState`: all of them with the continuous state.
 
 :class:`Clock` and :class:`Counters` keep their scalars packed in one vector each, behind named
@@ -153,6 +154,14 @@ class DenseStep(NamedTuple):
     data: Array
 
 
+class NewtonCarry(NamedTuple):
+    """An implicit method's Newton cache (Jacobian, factored iteration matrices), reused from step to
+    step, and its statistics (int32, in the order of ``integrators.newton.STAT_FIELDS``)."""
+
+    cache: Any
+    counts: Array
+
+
 class LoopState(NamedTuple):
     """The stepping loop's carry. Concerns a run does not have are ``()``."""
 
@@ -163,3 +172,4 @@ class LoopState(NamedTuple):
     events: EventCarry | tuple[()]
     fsal: Fsal | tuple[()]
     dense: DenseStep | tuple[()]
+    newton: NewtonCarry | tuple[()] = ()

@@ -6,7 +6,8 @@
 * :class:`SimulationResult`: the final context, the recorded values, statistics, status and logs.
 * :class:`LoopOutput`: what a stepping loop hands back to :func:`~jaxsys.simulate` (internal).
 
-Imports: the framework (Context, errors) and :mod:`.event_loop` (``PublishLog``) only.
+Imports: the framework (Context, errors), :mod:`.event_loop` (``PublishLog``) and
+:mod:`.integrators.newton` (the names of the Newton statistics) only.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from .event_loop import PublishLog
+from .integrators.newton import STAT_FIELDS as NEWTON_STAT_FIELDS
 
 
 Array = jax.Array
@@ -49,6 +52,12 @@ class Status(enum.Enum):
         "A witness function returned NaN or an infinite value, so whether it crossed zero cannot be decided. "
         "Check the witness functions (and the state they read) for a division by zero or a NaN input."
     )
+    NEWTON_FAILED = (
+        "The implicit integrator's Newton iteration did not converge even with the step halved down to the "
+        "minimum step size (requested_minimum_step_size, or the working minimum ~1e-14 t). The iteration matrix "
+        "may be singular, or the derivatives discontinuous or NaN near this state; check the model, or lower "
+        "requested_minimum_step_size."
+    )
 
     @property
     def code(self) -> int:
@@ -68,6 +77,7 @@ STATUS_MAX_STEPS = Status.MAX_STEPS.code
 STATUS_MIN_STEP = Status.MIN_STEP.code
 STATUS_NONFINITE = Status.NONFINITE.code
 STATUS_WITNESS_NONFINITE = Status.WITNESS_NONFINITE.code
+STATUS_NEWTON_FAILED = Status.NEWTON_FAILED.code
 STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
 """Status code -> the message a user reads (the values of :class:`Status`)."""
 
@@ -75,7 +85,15 @@ STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
 class IntegratorStatistics(eqx.Module):
     """Drake's integrator statistics, as arrays (available after a jitted run).
 
-    ``smallest_adapted_step_size_taken`` is NaN in fixed-step mode (Drake: not applicable).
+    ``smallest_adapted_step_size_taken`` is NaN in fixed-step mode (Drake: not applicable). A step
+    whose Newton iteration fails is retried with half the step: each retry counts one
+    ``num_substep_failures`` and one ``num_step_shrinkages_from_substep_failures`` (Drake's rule, in
+    fixed-step mode too). The implicit integrators' Newton statistics (zero for the explicit ones) are
+    Drake's ``ImplicitIntegrator`` getters: `num_newton_raphson_iterations`,
+    `num_jacobian_evaluations`, `num_iteration_matrix_factorizations`,
+    `num_derivative_evaluations_for_jacobian` (one per Jacobian: it is one forward-mode evaluation),
+    and the part of each spent by the error estimator (``num_error_estimator_*``: the implicit
+    trapezoid solve, or implicit Euler's two half steps); `num_derivative_evaluations` includes them all.
     """
 
     num_steps_taken: Array
@@ -88,6 +106,14 @@ class IntegratorStatistics(eqx.Module):
     actual_initial_step_size_taken: Array
     previous_integration_step_size: Array
     num_step_attempts: Array
+    num_newton_raphson_iterations: Array
+    num_jacobian_evaluations: Array
+    num_iteration_matrix_factorizations: Array
+    num_derivative_evaluations_for_jacobian: Array
+    num_error_estimator_newton_raphson_iterations: Array
+    num_error_estimator_derivative_evaluations: Array
+    num_error_estimator_jacobian_evaluations: Array
+    num_error_estimator_iteration_matrix_factorizations: Array
 
     def as_dict(self) -> dict[str, float]:
         """Plain Python numbers, keyed by Drake's names."""
@@ -105,8 +131,11 @@ def make_statistics(
     largest: Array,
     initial: Array,
     previous: Array,
+    newton: Array | None = None,
 ) -> IntegratorStatistics:
-    """IntegratorStatistics from the loop's short names (a sub-step failure shrinks the step once)."""
+    """IntegratorStatistics from the loop's short names (a sub-step failure shrinks the step once);
+    ``newton``: the implicit method's counts (``integrators.newton.STAT_FIELDS`` order), or None."""
+    newton_counts = jnp.zeros((len(NEWTON_STAT_FIELDS),), jnp.int32) if newton is None else newton
     return IntegratorStatistics(
         num_steps_taken=steps,
         num_derivative_evaluations=evaluations,
@@ -118,6 +147,7 @@ def make_statistics(
         actual_initial_step_size_taken=initial,
         previous_integration_step_size=previous,
         num_step_attempts=attempts,
+        **{k: newton_counts[i] for i, k in enumerate(NEWTON_STAT_FIELDS)},
     )
 
 

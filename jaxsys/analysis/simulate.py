@@ -165,7 +165,8 @@ def simulate(
     plan = None
     t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
     events_fit_scan = not program or (not program.witnesses and program.aligned(t0_plan, integrator.max_step_size))
-    if fixed and events_fit_scan:
+    # (a method whose steps can fail, the implicit ones, retries failed steps: the while loop)
+    if fixed and events_fit_scan and not integrator.can_fail():
         c_ts = np.zeros(0) if save_at is None else concrete(save_at)
         plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts)
     if plan is not None:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from ..framework.context import Context
 from ..framework.system import System
 from .integrators.base import IntegratorBase
-from .results import STATUS_MIN_STEP, STATUS_NONFINITE
+from .results import STATUS_MIN_STEP, STATUS_NEWTON_FAILED, STATUS_NONFINITE
 
 
 Array = jax.Array
@@ -68,7 +68,11 @@ def choose_step(
         t_grid = t_seg + (n_seg + 1).astype(t.dtype) * max_step
         stretch_ok = boundary <= t_seg + (n_seg.astype(t.dtype) + stretch) * max_step
         h = jnp.where(stretch_ok, h_max, t_grid - t)
-        limited = jnp.array(False)
+        # a retry after a sub-step failure (Newton did not converge) takes the halved step instead;
+        # ``limited`` then tells the loop to restart the grid where that step ends (Drake's next step
+        # is a full step from there)
+        limited = h_try < h
+        h = jnp.where(limited, h_try, h)
     else:
         limited = h_max < 0.95 * h_try
         to_boundary = limited | (h_max < 1.001 * h_try)
@@ -125,21 +129,35 @@ def error_control(
     """Accept or reject a step of size ``h`` from ``t`` that gave ``x_new`` with error estimate ``err``
     (``ok``: the method's own check, e.g. Newton convergence).
 
-    Fixed-step mode accepts every finite step and reports a non-finite one. Error control follows
-    Drake's ``StepOnceErrorControlledAtMost``: the weighted norm of ``err`` against the accuracy in
-    use decides (a non-finite state gives a NaN norm, a failed step); a Newton failure halves the step
-    (Drake's sub-step subdivision factor); wanting a step below the minimum sets the min-step status.
+    Fixed-step mode accepts every finite step whose method succeeded and reports a non-finite one.
+    Error control follows Drake's ``StepOnceErrorControlledAtMost``: the weighted norm of ``err``
+    against the accuracy in use decides (a non-finite state gives a NaN norm, a failed step); wanting
+    a step below the minimum sets the min-step status. In both modes a Newton failure halves the step
+    (Drake's sub-step subdivision factor), down to the minimum step (then the Newton status).
     """
     i32 = jnp.int32
     zero = jnp.zeros((), i32)
-    if fixed:
-        accept = jnp.all(jnp.isfinite(x_new)) & ok
-        status = jnp.where(accept, status, STATUS_NONFINITE)
-        return Verdict(accept, h_try, at_minimum, zero, zero, status, limited)
     # Drake's working minimum, 1e-14 max(1, |t|), but never below what the time's dtype resolves (in
     # float32 a step of 1e-14 t would leave the time unchanged)
     resolution = max(1e-14, 4.0 * float(jnp.finfo(t.dtype).eps))
-    working_min = jnp.maximum(integrator.requested_minimum_step_size, resolution * jnp.maximum(1.0, jnp.abs(t)))
+    floor = resolution * jnp.maximum(1.0, jnp.abs(t))
+    working_min = jnp.maximum(integrator.requested_minimum_step_size, floor)
+    # A step whose Newton iteration failed is retried with half the step (Drake's sub-step failure,
+    # counted as a failure and a shrinkage), until the halved step would fall below the minimum: then
+    # the run stops (Drake throws) with the Newton status. Without the throw option, the step may go
+    # below the requested minimum, but not below what time resolves.
+    h_half = 0.5 * h
+    failed = ~ok & jnp.all(jnp.isfinite(x_new))
+    too_small = h_half < floor
+    if integrator.throw_on_minimum_step_size_violation:
+        too_small = too_small | (h_half < working_min)
+    newton_status = jnp.where(failed & too_small, STATUS_NEWTON_FAILED, status)
+    if fixed:
+        finite = jnp.all(jnp.isfinite(x_new))
+        accept = finite & ok
+        status = jnp.where(finite, newton_status, STATUS_NONFINITE)
+        h_next = jnp.where(failed, h_half, integrator.max_step_size)
+        return Verdict(accept, h_next, at_minimum, zero, failed.astype(i32), status, limited)
     # Step-size selection is not differentiated (as in Diffrax's controllers): a derivative through an
     # error-controlled run is that of the computed map with its step sizes held fixed, which converges
     # to the true sensitivity as the accuracy is tightened (differentiating the controller instead
@@ -153,11 +171,11 @@ def error_control(
     accept = success & ok & ~violation
     return Verdict(
         accept=accept,
-        h_next=jnp.where(ok, h_next, 0.5 * h),
+        h_next=jnp.where(ok, h_next, h_half),
         at_minimum=at_min.astype(i32),
         shrinkage=(ok & ~success).astype(i32),
         failure=(~ok).astype(i32),
-        status=jnp.where(violation, STATUS_MIN_STEP, status),
+        status=jnp.where(violation, STATUS_MIN_STEP, newton_status),
         limited=limited | ~ok,
     )
 

@@ -13,9 +13,11 @@ This follows Drake's ``Simulator::Step`` (simulator.h), in the order the code be
 3. **Attempt the step** with the integrator (reusing the first stage from the previous step's last,
    "first same as last", when the method allows it and no update changed the state).
    :meth:`StepLoop.attempt`.
-4. **Accept or reject** it: fixed steps are accepted if finite; error control compares the weighted
-   error norm with the accuracy, adjusts the next step (``CalcAdjustedStepSize``), and counts
-   shrinkages and sub-step failures. A rejected attempt retries the same step (go to 2).
+4. **Accept or reject** it: fixed steps are accepted if finite and the method succeeded; error
+   control compares the weighted error norm with the accuracy, adjusts the next step
+   (``CalcAdjustedStepSize``), and counts shrinkages and sub-step failures. A step whose Newton
+   iteration failed is retried with half the step, in both modes. A rejected attempt retries the
+   same step (go to 2).
    :func:`~.step_size.error_control`.
 5. **Witnesses**: if a witness function changed sign in its direction over the accepted step, the step
    is cut back to just past its first crossing (:func:`~.witness_isolation.isolate_crossing`); the
@@ -44,7 +46,8 @@ import jax.numpy as jnp
 
 from ..framework.context import Context
 from .event_loop import EventProgram, get_rest, set_rest
-from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState
+from .integrators.newton import N_STATS
+from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState, NewtonCarry
 from .loops import Run, WhileLoop
 from .recording import initial_saves, record_buffer, run_with_saving
 from .results import STATUS_MAX_STEPS, STATUS_OK, STATUS_WITNESS_NONFINITE, LoopOutput, make_statistics
@@ -78,7 +81,8 @@ class StepStart(NamedTuple):
 class Attempt(NamedTuple):
     """An attempted step (step 3): the new state, the error estimate, the method's own ``ok``, the
     end-point derivative (first same as last), the interpolation data (dense output), the first stage
-    used, and derivative evaluations spent outside the method's stages."""
+    used, derivative evaluations spent outside the method's stages, and an implicit method's Newton
+    carry after the attempt (its cache is kept whether or not the step is accepted, as Drake's)."""
 
     x_new: Array
     err: Array
@@ -87,6 +91,7 @@ class Attempt(NamedTuple):
     interp: Any
     k_first: Any
     extra_evaluations: Array
+    newton: NewtonCarry | tuple[()] = ()
 
 
 class StepLoop:
@@ -121,6 +126,7 @@ class StepLoop:
         self.while_loop = while_loop
         self.integrator = run.integrator
         self.fsal = run.integrator.uses_fsal()
+        self.newton = run.integrator.uses_newton_cache()
         self.has_state = run.x0.shape[0] > 0
         self.meter, self.token = run.aux["progress"]
 
@@ -145,8 +151,14 @@ class StepLoop:
             )
             data = shapes[4]
             dense = DenseStep(t0, jnp.zeros((), dtype), x0, x0, jnp.zeros(data.shape, data.dtype))
-        grid = FixedGrid(t0, jnp.zeros((), jnp.int32)) if self.fixed else ()
-        return LoopState(x0, Clock.start(t0, h0), Counters.start(extra), grid, events0, fsal, dense)
+        grid: FixedGrid | tuple[()] = ()
+        if self.fixed:
+            grid = FixedGrid(t0, jnp.zeros((), jnp.int32))
+            h0 = integrator.max_step_size  # (a smaller h_try is a retry after a sub-step failure)
+        newton: NewtonCarry | tuple[()] = ()
+        if self.newton:
+            newton = NewtonCarry(integrator.init_newton_cache(x0), jnp.zeros((N_STATS,), jnp.int32))
+        return LoopState(x0, Clock.start(t0, h0), Counters.start(extra), grid, events0, fsal, dense, newton)
 
     def running(self, s: LoopState) -> Array:
         """The run goes on: status ok and attempts left."""
@@ -236,10 +248,17 @@ class StepLoop:
         elif self.fsal:
             x_new, err, ok, k_end = integrator.attempt_step_fsal(start.f, t, x, h, start.aux, k1, choice.t_new)
             interp = None
+        elif self.newton:
+            x_new, err, ok, cache, counts, evals = integrator.attempt_step_cached(
+                start.f, t, x, h, start.aux, s.newton.cache
+            )
+            k_end = interp = None
+            extra = extra + evals
+            return Attempt(x_new, err, ok, k_end, interp, k1, extra, NewtonCarry(cache, s.newton.counts + counts))
         else:
             x_new, err, ok = integrator.attempt_step(start.f, t, x, h, start.aux)
             k_end = interp = None
-        return Attempt(x_new, err, ok, k_end, interp, k1, extra)
+        return Attempt(x_new, err, ok, k_end, interp, k1, extra, s.newton)
 
     def isolate_witnesses(
         self, t: Array, start: StepStart, choice: StepChoice, attempt: Attempt, verdict: Verdict
@@ -351,14 +370,16 @@ class StepLoop:
             dense = jax.tree_util.tree_map(lambda a, b: jnp.where(accept, a, b), new_step, s.dense)
         grid = s.grid
         if self.fixed:
-            at_b = accept & (reaches_boundary | isolated)  # fixed steps restart from a witness time
+            # fixed steps restart from a boundary, a witness time, or the end of a step halved after a
+            # sub-step failure
+            at_b = accept & (reaches_boundary | isolated | choice.limited)
             grid = FixedGrid(jnp.where(at_b, t_new, grid.origin), jnp.where(at_b, 0, grid.steps_since + acc_i))
         fsal = s.fsal
         if self.fsal:
             # the end-point derivative starts the next step; a rejected step keeps the start's; a step
             # cut short at a witness crossing has neither
             fsal = Fsal(jnp.where(accept, attempt.k_end, attempt.k_first), ~(accept & isolated))
-        return LoopState(x_acc, new_clock, counters, grid, start.events, fsal, dense)
+        return LoopState(x_acc, new_clock, counters, grid, start.events, fsal, dense, attempt.newton)
 
     def end_of_step(self, s: LoopState, start: StepStart, accept: Array, w_now: Any) -> LoopState:
         """Step 7: publishes at the new time (if the attempt was accepted), including those of the
@@ -438,6 +459,7 @@ class StepLoop:
             largest=clock.largest,
             initial=clock.initial,
             previous=clock.previous,
+            newton=s.newton.counts if self.newton else None,
         )
         if self.program is not None:
             ev = s.events

@@ -4,7 +4,7 @@ module per family.
 * :mod:`.base`: ``IntegratorBase`` (options, Drake's queries, the ``attempt_step`` interface);
 * :mod:`.explicit_rk`: explicit Runge-Kutta methods (tableaux, first-same-as-last, dense output);
 * :mod:`.semi_explicit_euler`: symplectic Euler for second-order systems;
-* :mod:`.implicit`: implicit Euler and Radau IIA (Newton iteration).
+* :mod:`.implicit`: implicit Euler and Radau IIA; :mod:`.newton`: their Newton iteration.
 
 The simulation loop (:mod:`jaxsys.analysis.stepping`) applies Drake's error control
 (``StepOnceErrorControlledAtMost`` / ``CalcAdjustedStepSize``, in :mod:`jaxsys.analysis.step_size`),
@@ -20,8 +20,13 @@ its step truncation at boundaries with the stretch factor, and records Drake's s
 | BogackiShampine3Integrator | BogackiShampine3Integrator | 3 | embedded 2nd order (3) |
 | RungeKutta4Integrator | (none in Drake) | 4 | none (fixed step) |
 | RungeKutta5Integrator | RungeKutta5Integrator | 5 | Dormand-Prince 4th order (5) |
-| ImplicitEulerIntegrator | ImplicitEulerIntegrator | 1 | vs implicit trapezoid (2) |
+| ImplicitEulerIntegrator | ImplicitEulerIntegrator | 1 | step doubling (2) |
+| Radau1Integrator | RadauIntegrator<T, 1> | 1 | vs implicit trapezoid (2) |
 | RadauIntegrator | RadauIntegrator<T, 2> | 3 | vs trapezoid on the Radau end point (3) |
+
+Drake's accuracy defaults per method (``default_accuracy`` / the loosest allowed): RK3 and
+Bogacki-Shampine 1e-3 / 1e-1, RK5 1e-5 / 1e-3, implicit Euler and Radau1 1e-1 / 5e-1, Radau3
+1e-3 / 1e-2.
 
 Difference from Drake, by choice: Bogacki-Shampine and Dormand-Prince reuse the derivative at the end
 of an accepted step as the first stage of the next ("first same as last"), which Drake re-evaluates.
@@ -39,7 +44,11 @@ from .explicit_rk import (
     RungeKutta4Integrator as RungeKutta4Integrator,
     RungeKutta5Integrator as RungeKutta5Integrator,
 )
-from .implicit import ImplicitEulerIntegrator as ImplicitEulerIntegrator, RadauIntegrator as RadauIntegrator
+from .implicit import (
+    ImplicitEulerIntegrator as ImplicitEulerIntegrator,
+    Radau1Integrator as Radau1Integrator,
+    RadauIntegrator as RadauIntegrator,
+)
 from .semi_explicit_euler import SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator
 
 
@@ -52,6 +61,7 @@ ALL_INTEGRATORS: tuple[type[IntegratorBase], ...] = (
     RungeKutta4Integrator,
     RungeKutta5Integrator,
     ImplicitEulerIntegrator,
+    Radau1Integrator,
     RadauIntegrator,
 )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -32,14 +33,17 @@ class IntegratorBase(eqx.Module):
 
     **Arguments** (all keyword; Drake's setter in brackets):
     - `max_step_size`: largest step, s (``set_maximum_step_size``). In fixed-step mode, the step.
-    - `target_accuracy`: error-control accuracy (``set_target_accuracy``); None = Drake's default
-      (1e-3 if the integrator supports error estimation... overridden by ``fixed_step_mode``).
+    - `target_accuracy`: error-control accuracy (``set_target_accuracy``); None = the method's Drake
+      default (``default_accuracy``: 1e-3 for RK3, Bogacki-Shampine and Radau3, 1e-5 for RK5, 1e-1 for
+      implicit Euler and Radau1). A target looser than the method allows (``loosest_accuracy``) is
+      clamped to it, as Drake does, with a warning; ``get_accuracy_in_use()`` says what is used.
     - `fixed_step_mode`: take steps of exactly ``max_step_size`` (``set_fixed_step_mode``);
       forced True for integrators without error estimation.
     - `requested_minimum_step_size`: h_min, s (``set_requested_minimum_step_size``).
     - `throw_on_minimum_step_size_violation`: error if error control wants a step below h_min.
     - `initial_step_size_target`: first step to attempt (``request_initial_step_size_target``);
-      None = Drake's default, 1/10 of ``max_step_size``.
+      None = Drake's default: 1/10 of ``max_step_size`` for the explicit methods, ``max_step_size``
+      for the implicit ones.
     - `stretch_factor`: a step may be stretched by this factor to land on a boundary instead of
       leaving a sliver (``get_stretch_factor``; Drake's 1.01).
     - `qbar_weight`, `z_weight`: weights of the generalized (v) and misc (z) state in the
@@ -70,14 +74,54 @@ class IntegratorBase(eqx.Module):
     order: ClassVar[int] = 1
     error_estimate_order: ClassVar[int] = 0
     num_stages: ClassVar[int] = 1  # derivative evaluations per attempted step
+    default_accuracy: ClassVar[float] = 1e-3  # Drake's kDefaultAccuracy for the method
+    loosest_accuracy: ClassVar[float] = 1e-1  # Drake's kLoosestAccuracy for the method
+    initial_step_fraction: ClassVar[float] = 0.1  # Drake's first step, as a fraction of the maximum
 
     def __check_init__(self) -> None:
+        name = type(self).__name__
         if not self.max_step_size > 0:
-            raise JaxsysError(f"{type(self).__name__}: max_step_size must be > 0; got {self.max_step_size}.")
+            raise JaxsysError(f"{name}: max_step_size must be > 0; got {self.max_step_size}.")
         if self.target_accuracy is not None and not self.target_accuracy > 0:
-            raise JaxsysError(f"{type(self).__name__}: target_accuracy must be > 0; got {self.target_accuracy}.")
+            raise JaxsysError(f"{name}: target_accuracy must be > 0; got {self.target_accuracy}.")
         if self.stretch_factor < 1:
-            raise JaxsysError(f"{type(self).__name__}: stretch_factor must be >= 1.")
+            raise JaxsysError(f"{name}: stretch_factor must be >= 1.")
+        if not self.requested_minimum_step_size >= 0:
+            raise JaxsysError(
+                f"{name}: requested_minimum_step_size must be >= 0; got {self.requested_minimum_step_size}."
+            )
+        # Drake's IntegratorBase::Initialize checks
+        if self.max_step_size < self.requested_minimum_step_size:
+            raise JaxsysError(
+                f"{name}: max_step_size ({self.max_step_size}) is less than requested_minimum_step_size "
+                f"({self.requested_minimum_step_size}) (Drake: 'Integrator maximum step size is less than the "
+                f"minimum step size')."
+            )
+        if self.initial_step_size_target is not None:
+            h0 = self.initial_step_size_target
+            if not h0 > 0:
+                raise JaxsysError(f"{name}: initial_step_size_target must be > 0; got {h0}.")
+            if h0 > self.max_step_size:
+                raise JaxsysError(
+                    f"{name}: initial_step_size_target ({h0}) is larger than max_step_size ({self.max_step_size})."
+                )
+            if h0 < self.requested_minimum_step_size:
+                raise JaxsysError(
+                    f"{name}: initial_step_size_target ({h0}) is smaller than requested_minimum_step_size "
+                    f"({self.requested_minimum_step_size})."
+                )
+        if self.max_steps < 1:
+            raise JaxsysError(f"{name}: max_steps must be >= 1; got {self.max_steps}.")
+        if (
+            self.target_accuracy is not None
+            and self.supports_error_estimation()
+            and self.target_accuracy > self.loosest_accuracy
+        ):
+            warnings.warn(
+                f"{name}: target_accuracy {self.target_accuracy} is looser than this method allows; "
+                f"{self.loosest_accuracy} is used instead (Drake clamps it the same way).",
+                stacklevel=3,
+            )
 
     # ----- Drake-style queries -------------------------------------------------------------
     def supports_error_estimation(self) -> bool:
@@ -101,14 +145,17 @@ class IntegratorBase(eqx.Module):
         return self.target_accuracy
 
     def get_accuracy_in_use(self) -> float:
-        """The accuracy error control uses: the target, else Drake's default 1e-3 (``get_accuracy_in_use``)."""
-        return 1e-3 if self.target_accuracy is None else float(self.target_accuracy)
+        """The accuracy error control uses (Drake: ``get_accuracy_in_use``): the target, clamped to the
+        method's loosest, else the method's default."""
+        if self.target_accuracy is None:
+            return float(self.default_accuracy)
+        return min(float(self.target_accuracy), float(self.loosest_accuracy))
 
     def get_initial_step_size_target(self) -> float:
         """First step to attempt (Drake: ``get_initial_step_size_target``)."""
         if self.initial_step_size_target is not None:
             return float(self.initial_step_size_target)
-        return 0.1 * self.max_step_size
+        return self.initial_step_fraction * self.max_step_size
 
     def get_stretch_factor(self) -> float:
         """Drake: ``get_stretch_factor``."""
@@ -130,6 +177,17 @@ class IntegratorBase(eqx.Module):
     @abc.abstractmethod
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
         """One step of size ``h`` from (t, x): returns (x_new, error estimate vector, ok)."""
+
+    def can_fail(self) -> bool:
+        """Whether a step attempt can fail (``ok`` False: an implicit method's Newton iteration did not
+        converge). The loop then retries with half the step, in fixed-step mode too (Drake)."""
+        return False
+
+    def uses_newton_cache(self) -> bool:
+        """Whether the method carries a Newton cache from step to step. A class that returns True
+        provides ``init_newton_cache(x)`` and ``attempt_step_cached(f, t, x, h, aux, cache) -> (x_new,
+        err, ok, cache, counts, derivative evaluations)`` (the implicit methods do)."""
+        return False
 
     def num_evaluations(self) -> int:
         """Derivative evaluations in one attempted step (without first-same-as-last reuse)."""

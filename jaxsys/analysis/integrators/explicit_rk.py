@@ -251,6 +251,8 @@ class RungeKutta5Integrator(_ExplicitRK):
     name: ClassVar[str] = "runge_kutta5"
     order: ClassVar[int] = 5
     error_estimate_order: ClassVar[int] = 5
+    default_accuracy: ClassVar[float] = 1e-5  # Drake's RK5 defaults
+    loosest_accuracy: ClassVar[float] = 1e-3
     num_stages: ClassVar[int] = 7
     A: ClassVar = (
         (),
