@@ -6,6 +6,7 @@ with ratios measured side by side in one process (medians of several runs).
     python benchmarks/suite.py --full     # adds the 8192-pendulum batch
     python benchmarks/suite.py --write    # also writes benchmarks/RESULTS.md
     python benchmarks/suite.py --only S2b,S8-300   # some cases
+    python benchmarks/suite.py --only S3b          # the stiff table (needs scipy)
 """
 
 from __future__ import annotations
@@ -471,6 +472,102 @@ def case_bouncing_ball():
     return "S4 bouncing ball, accuracy 1e-8, 5 s", rows
 
 
+class _Robertson(js.LeafSystem):
+    """Robertson's stiff chemical kinetics."""
+
+    def __init__(self) -> None:
+        super().__init__("robertson")
+        self.declare_continuous_state(3, default=[1.0, 0.0, 0.0])
+
+    def do_calc_time_derivatives(self, context):
+        y1, y2, y3 = context.get_continuous_state_vector()
+        return jnp.stack([-0.04 * y1 + 1e4 * y2 * y3, 0.04 * y1 - 1e4 * y2 * y3 - 3e7 * y2**2, 3e7 * y2**2])
+
+
+def _robertson_rhs(y):
+    return [-0.04 * y[0] + 1e4 * y[1] * y[2], 0.04 * y[0] - 1e4 * y[1] * y[2] - 3e7 * y[1] ** 2, 3e7 * y[1] ** 2]
+
+
+def stiff_cases() -> list[tuple[str, list[tuple[str, int, float, float, float]]]]:
+    """S3b (Van der Pol, mu = 1000, [0, 3000]) and Robertson to 1e5, at tolerances 1e-4 and 1e-6:
+    jaxsys Radau3 vs scipy's Radau and Diffrax's Kvaerno5 (rtol = atol = tolerance; jaxsys's accuracy
+    is Drake's absolute weighted norm). Rows: (implementation, tolerance, steps, max |final error|
+    against a tight scipy reference, compile s, run s)."""
+    import numpy as np
+    from scipy.integrate import solve_ivp
+
+    from jaxsys.examples import VanDerPol
+
+    mu = 1000.0
+    problems = [
+        (
+            "S3b Van der Pol mu=1000, [0, 3000]",
+            VanDerPol(mu=mu),
+            np.array([2.0, 0.0]),
+            3000.0,
+            lambda t, y: [y[1], -y[0] + mu * (1 - y[0] ** 2) * y[1]],
+            lambda t, y, a: jnp.stack([y[1], -y[0] + mu * (1 - y[0] ** 2) * y[1]]),
+            50.0,
+        ),
+        (
+            "Robertson, [0, 1e5]",
+            _Robertson(),
+            np.array([1.0, 0.0, 0.0]),
+            1e5,
+            lambda t, y: _robertson_rhs(y),
+            lambda t, y, a: jnp.stack(_robertson_rhs(y)),
+            1e4,
+        ),
+    ]
+    out = []
+    for title, *problem in problems:
+        _, y0, tf, rhs, *_ = problem
+        ref = solve_ivp(rhs, (0.0, tf), y0, method="Radau", rtol=1e-12, atol=1e-14).y[:, -1]
+        out.append((title, [row for tol in (1e-4, 1e-6) for row in _stiff_case(*problem, tol=tol, ref=ref)]))
+    return out
+
+
+def _stiff_case(system, y0, tf, rhs, jrhs, h_max, tol, ref):
+    """One stiff problem's rows (see :func:`stiff_cases`)."""
+    import numpy as np
+    from scipy.integrate import solve_ivp
+
+    ctx = system.create_default_context()
+    integ = js.RadauIntegrator(max_step_size=h_max, target_accuracy=tol, max_steps=200_000)
+    run = jax.jit(lambda c: js.simulate(system, c, tf, integ))
+    comp, t_run = timeit(lambda c: run(c).context.get_continuous_state_vector(), ctx, repeats=5)
+    res = run(ctx)
+    err = float(np.max(np.abs(np.asarray(res.context.get_continuous_state_vector()) - ref)))
+    rows = [("jaxsys Radau3", tol, int(res.stats.num_steps_taken), err, comp, t_run)]
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        sol = solve_ivp(rhs, (0.0, tf), y0, method="Radau", rtol=tol, atol=tol)
+        times.append(time.perf_counter() - t0)
+    err_s = float(np.max(np.abs(sol.y[:, -1] - ref)))
+    rows.append(("scipy solve_ivp Radau", tol, int(sol.t.size - 1), err_s, 0.0, min(times)))
+    if diffrax is not None:
+
+        @jax.jit
+        def dfx(y):
+            sol = diffrax.diffeqsolve(
+                diffrax.ODETerm(jrhs),
+                diffrax.Kvaerno5(),
+                0.0,
+                tf,
+                None,
+                y,
+                stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
+                max_steps=200_000,
+            )
+            return sol.ys[-1], sol.stats["num_accepted_steps"]
+
+        comp_d, t_d = timeit(lambda y: dfx(y)[0], jnp.asarray(y0), repeats=5)
+        yd, nd = dfx(jnp.asarray(y0))
+        rows.append(("diffrax Kvaerno5", tol, int(nd), float(np.max(np.abs(np.asarray(yd) - ref))), comp_d, t_d))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
@@ -515,6 +612,27 @@ def main() -> None:
             print(line, flush=True)
     if args.write and not args.only:
         write_block("table: written by benchmarks/suite.py --write", lines)
+    if not args.only or "S3b" in args.only.split(","):
+        stiff = [
+            lines[0],
+            "",
+            "Stiff problems (issue #15) at two tolerances each: steps, final error against a tight scipy reference",
+            "(Radau, rtol 1e-12, atol 1e-14), compile and run time. jaxsys's accuracy is Drake's absolute",
+            "weighted norm, scipy's and Diffrax's rtol = atol = tolerance: compare rows of equal final error.",
+            "",
+            "| case | implementation | tolerance | steps | final error | compile s | run s (median) | ratio vs first |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        print("\n".join(stiff[1:]))
+        for title, rows in stiff_cases():
+            base = rows[0][5]
+            for name, tol, steps, err, comp, run in rows:
+                cells = f"{tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms | {run / base:.2f}"
+                line = f"| {title} | {name} | {cells} |"
+                stiff.append(line)
+                print(line, flush=True)
+        if args.write:
+            write_block("stiff table: written by benchmarks/suite.py --write", stiff)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,9 @@ def choose_step(
         # a retry after a sub-step failure (Newton did not converge) takes the halved step instead;
         # ``limited`` then tells the loop to restart the grid where that step ends (Drake's next step
         # is a full step from there)
-        limited = h_try < h
+        # (a retry's h_try is at most half the step that failed; otherwise h_try is the maximum step,
+        # equal to h up to rounding and the stretch factor)
+        limited = h_try < 0.75 * h
         h = jnp.where(limited, h_try, h)
     else:
         limited = h_max < 0.95 * h_try

@@ -102,10 +102,29 @@ class _ImplicitBase(IntegratorBase):
         if not self.reuse:
             cache = self.init_newton_cache(x)
         cache = start_step(cache)
-        return self._step(f, t, x, h, cache)
+        return self._step(f, t, x, h, cache, self.newton_scale(x, aux))
+
+    def newton_scale(self, x: Array, aux: Any) -> Array:
+        """Per-component scale of Newton updates: ``max(1, |x_i|) / w_i`` with w the error norm's
+        weights (``qbar_weight`` for v, and for q when N(q) = I; ``z_weight`` for z), so that Newton
+        converges in the norm error control measures (a weight of 1e4 on a small species of a
+        chemical system asks its Newton error to be 1e4 times smaller too)."""
+        scale = update_scale(x)
+        if self.qbar_weight is None and self.z_weight is None:
+            return scale
+        n = x.shape[0]
+        nq, nv = int(aux.get("num_q", 0)), int(aux.get("num_v", 0))
+        w = np.ones(n)
+        if self.qbar_weight is not None:
+            w[nq : nq + nv] = self.qbar_weight
+            if nq == nv:
+                w[:nq] = self.qbar_weight
+        if self.z_weight is not None:
+            w[nq + nv :] = self.z_weight
+        return scale / jnp.asarray(np.maximum(w, 1e-300), x.dtype)
 
     def _step(
-        self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache
+        self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache, scale: Array
     ) -> tuple[Array, Array, Array, NewtonCache, Array, Array]:
         raise NotImplementedError
 
@@ -153,17 +172,24 @@ class ImplicitEulerIntegrator(_ImplicitBase):
     """Backward Euler, first order, L-stable (Drake's ``ImplicitEulerIntegrator``).
 
     The error estimate is Drake's default, *step doubling*: the step is also taken as two implicit
-    Euler half steps, the result is the two-half-step solution and the error estimate is its
-    difference from the full step (both second order, so the estimate measures the error of the
-    result kept, ``h^2 x''/4``). ``use_implicit_trapezoid_error_estimation=True``: the result is the
-    full step and the estimate is its difference from the implicit trapezoid rule (``h^2 x''/2``,
-    Drake's ``set_use_implicit_trapezoid_error_estimation(true)``; this is :class:`Radau1Integrator`).
+    Euler half steps x_half, and the estimate is x_full - x_half (``h^2 x''/4``, the local error of
+    x_half). Drake keeps x_half, a first-order result: error per step then adds up to a global error
+    far above the accuracy (``x' = -x + sin t`` on [0, 10]: 2.6e-4 at accuracy 1e-6, and ~sqrt of the
+    accuracy in general). jaxsys keeps the Richardson extrapolation ``2 x_half - x_full`` instead
+    (``extrapolate=True``, the default): second order, still L-stable (its stability function
+    ``2/(1 - z/2)^2 - 1/(1 - z)`` is at most 1 on the left half-plane and 0 at infinity), with the
+    estimate bounding the error of the less accurate x_half, as the explicit pairs do (local
+    extrapolation), so the global error tracks the accuracy. ``extrapolate=False`` keeps x_half, as
+    Drake does. ``use_implicit_trapezoid_error_estimation=True``: the result is the full step and the
+    estimate is its difference from the implicit trapezoid rule (``h^2 x''/2``, Drake's
+    ``set_use_implicit_trapezoid_error_estimation(true)``; this is :class:`Radau1Integrator`).
 
     Drake's accuracy defaults for this method: 1e-1 when no target is set, at most 5e-1. In
     fixed-step mode no error estimate is made: a step is one implicit Euler step.
     """
 
     use_implicit_trapezoid_error_estimation: bool = eqx.field(static=True, default=False)
+    extrapolate: bool = eqx.field(static=True, default=True)
 
     name: ClassVar[str] = "implicit_euler"
     order: ClassVar[int] = 1
@@ -176,10 +202,9 @@ class ImplicitEulerIntegrator(_ImplicitBase):
         return (dense_matrix(n, _ie_matrix), dense_matrix(n, _half_matrix))  # I - h J, I - (h/2) J
 
     def _step(
-        self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache
+        self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache, scale: Array
     ) -> tuple[Array, Array, Array, NewtonCache, Array, Array]:
         t1 = t + h
-        scale = update_scale(x)
 
         def jac() -> Array:
             return jax.jacfwd(lambda xx: f(t, xx))(x)
@@ -216,7 +241,8 @@ class ImplicitEulerIntegrator(_ImplicitBase):
         c_est = c_h1 + c_h2
         counts = _stats(c_full, c_est)
         evals = c_full[0] + c_full[1] + c_est[0] + c_est[1]
-        return x2, x1 - x2, ok & ok1 & ok2, cache, counts, evals
+        x_kept = 2.0 * x2 - x1 if self.extrapolate else x2
+        return x_kept, x1 - x2, ok & ok1 & ok2, cache, counts, evals
 
 
 class Radau1Integrator(ImplicitEulerIntegrator):
@@ -293,7 +319,7 @@ class RadauIntegrator(_ImplicitBase):
         return (_radau_matrix(n), dense_matrix(n, _half_matrix))
 
     def _step(
-        self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache
+        self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache, scale: Array
     ) -> tuple[Array, Array, Array, NewtonCache, Array, Array]:
         n = x.shape[0]
         A = jnp.asarray(_RADAU_A, x.dtype)
@@ -308,8 +334,7 @@ class RadauIntegrator(_ImplicitBase):
 
         # Hairer's (and Drake's) start: Z = 0. The update norm is that of the stage increments, each
         # scaled by the state's.
-        scale = jnp.tile(update_scale(x), 2)
-        Z, ok, cache, c_main = self._solve(residual, jnp.zeros((2 * n,), x.dtype), cache, 0, h, jac, scale)
+        Z, ok, cache, c_main = self._solve(residual, jnp.zeros((2 * n,), x.dtype), cache, 0, h, jac, jnp.tile(scale, 2))
         x1 = x + Z.reshape(2, n)[1]
         if self.get_fixed_step_mode():  # no error estimate to make
             return x1, jnp.zeros_like(x1), ok, cache, _stats(c_main), 2 * c_main[0] + c_main[1]
