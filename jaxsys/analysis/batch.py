@@ -54,9 +54,25 @@ def stack_contexts(contexts: Sequence[Context]) -> Context:
     return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *contexts)
 
 
-def batch_size(contexts: Context) -> int:
-    """The number of members of a batched context."""
-    return int(jnp.shape(contexts.time)[0])
+def batch_size(contexts: Context, caller: str = "batch_size") -> int:
+    """The number of members of a batched context (checked: every array has that leading axis)."""
+    if not isinstance(contexts, Context):
+        raise JaxsysError(f"{caller}: expected a batched Context; got {type(contexts).__name__}.")
+    shape = tuple(jnp.shape(contexts.time))
+    if len(shape) != 1:
+        raise JaxsysError(
+            f"{caller}: the context is not batched (its time has shape {shape}, a batch has shape (n,)). Make a "
+            f"batch with js.stack_contexts([...]) or js.randomize_contexts(...); for one context use js.simulate."
+        )
+    n = shape[0]
+    for path, leaf in jax.tree_util.tree_leaves_with_path(contexts):
+        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != n:
+            raise JaxsysError(
+                f"{caller}: the batched context's arrays disagree on the batch size: time has {n} members, "
+                f"{jax.tree_util.keystr(path)} has shape {tuple(jnp.shape(leaf))}. Build the batch with "
+                f"js.stack_contexts or js.randomize_contexts."
+            )
+    return int(n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,9 +212,13 @@ def shard_batch(
     form one global batch in process order. Inside a trace the sharding is a constraint.
     """
     axis = axis_name or mesh.axis_names[0]
+    if axis not in mesh.axis_names:
+        raise JaxsysError(
+            f"shard_batch: axis_name={axis!r} is not an axis of the mesh; its axes are {tuple(mesh.axis_names)}."
+        )
     devices = mesh.shape[axis]
     sharding = NamedSharding(mesh, PartitionSpec(axis))
-    n_local = batch_size(contexts)
+    n_local = batch_size(contexts, "shard_batch")
     if process_local:
         n_proc = jax.process_count()
         local_devices = devices // n_proc
@@ -245,10 +265,15 @@ def batch_simulate(
     Returns a :class:`BatchResult`. Works inside ``jax.grad`` (the sharding is then a constraint).
     """
     system.validate_context(contexts)
+    n_local = batch_size(contexts, "batch_simulate")
+    if mesh is not None and axis_name is not None and axis_name not in mesh.axis_names:
+        raise JaxsysError(
+            f"batch_simulate: axis_name={axis_name!r} is not an axis of the mesh; its axes are "
+            f"{tuple(mesh.axis_names)}."
+        )
     options = tuple(sorted(simulate_options.items()))
     save = None if save_at is None else tuple(float(t) for t in np.asarray(save_at).reshape(-1))
     run = _runner(system, integrator, float(t_final), save, record, options)
-    n_local = batch_size(contexts)
     if mesh is None:
         if process_local and jax.process_count() > 1:
             raise JaxsysError("batch_simulate: process_local=True needs a mesh over all processes' devices.")

@@ -94,16 +94,71 @@ def trajectory_loss(
     over the batch of experiments (``contexts`` with a leading batch axis)."""
     integrator = integrator or RungeKutta4Integrator(max_step_size=0.01)
     observe = observe or (lambda c: c.get_continuous_state_vector())
-    times = jnp.asarray(times)
-    t_final = float(np.max(np.asarray(times))) if not isinstance(times, jax.core.Tracer) else jnp.max(times)
+    # times known here (NumPy, a list, a concrete array) stay NumPy, so that inside a jitted loss they
+    # are still known: the fixed-step plan is static and t_final a number
+    known = not isinstance(times, jax.core.Tracer)
+    times = np.asarray(times, dtype=float) if known else times
+    t_final = float(np.max(times)) if known else jnp.max(times)
 
     def one(ctx: Context, ts: Any, ys: Any) -> jax.Array:
         r = simulate(system, ctx, t_final, integrator, save_at=ts, record=observe)
         return jnp.mean((r.ys - ys) ** 2)
 
-    if times.ndim == 1:  # the same measurement times for every experiment (fast: a static plan)
-        return jnp.mean(jax.vmap(lambda c, y: one(c, np.asarray(times), y))(contexts, measurements))
-    return jnp.mean(jax.vmap(one)(contexts, times, measurements))
+    if np.ndim(times) == 1:  # the same measurement times for every experiment (fast: a static plan)
+        return jnp.mean(jax.vmap(lambda c, y: one(c, times, y))(contexts, measurements))
+    return jnp.mean(jax.vmap(one)(contexts, jnp.asarray(times), measurements))
+
+
+def _check_fit_parameters(context: Context, params: Mapping[str, FitParameter], initial: Any) -> None:
+    """Every FitParameter names an existing numeric parameter entry; initial values name fitted ones."""
+    if not params:
+        raise JaxsysError("fit_parameters: params is empty: name at least one FitParameter to fit.")
+    groups = context.num_numeric_parameter_groups()
+    for name, p in params.items():
+        if not isinstance(p, FitParameter):
+            raise JaxsysError(f"fit_parameters: params[{name!r}] must be a FitParameter; got {type(p).__name__}.")
+        if not 0 <= p.group < groups:
+            raise JaxsysError(
+                f"fit_parameters: params[{name!r}] names numeric parameter group {p.group}; the context has "
+                f"{groups} group(s) (0..{groups - 1})."
+            )
+        size = int(np.shape(context.get_numeric_parameter(p.group))[0])
+        if not 0 <= p.element < size:
+            raise JaxsysError(
+                f"fit_parameters: params[{name!r}] names element {p.element} of numeric parameter group {p.group}, "
+                f"which has {size} element(s) (0..{size - 1})."
+            )
+        if p.lower is not None and p.upper is not None and not p.lower < p.upper:
+            raise JaxsysError(f"fit_parameters: params[{name!r}] has lower={p.lower} >= upper={p.upper}.")
+    if initial is not None:
+        unknown = sorted(set(initial) - set(params))
+        if unknown:
+            raise JaxsysError(f"fit_parameters: initial names {unknown}, which are not in params {sorted(params)}.")
+        missing = sorted(set(params) - set(initial))
+        if missing:
+            raise JaxsysError(f"fit_parameters: initial has no value for {missing}; give one for every parameter.")
+
+
+def _check_measurements(system: System, contexts: list[Context], times: Any, measurements: Any, observe: Any) -> None:
+    """measurements: (experiments, number of times, *shape of observe(context))."""
+    observe = observe or (lambda c: c.get_continuous_state_vector())
+    obs = jax.eval_shape(observe, contexts[0])
+    obs_shape = tuple(getattr(obs, "shape", ()))
+    t_shape = tuple(np.shape(times))
+    if len(t_shape) not in (1, 2) or (len(t_shape) == 2 and t_shape[0] != len(contexts)):
+        raise JaxsysError(
+            f"fit_parameters: times must have shape (n,) (shared by all experiments) or ({len(contexts)}, n) (one "
+            f"row per experiment); got {t_shape}."
+        )
+    expected = (len(contexts), t_shape[-1]) + obs_shape
+    if tuple(measurements.shape) != expected:
+        raise JaxsysError(
+            f"fit_parameters: measurements must have shape (experiments, times, *observation) = {expected} "
+            f"({len(contexts)} context(s), {t_shape[-1]} time(s), observe(context) of shape {obs_shape}); got "
+            f"{tuple(measurements.shape)}."
+        )
+    if not isinstance(times, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(times))):
+        raise JaxsysError("fit_parameters: times must be finite.")
 
 
 def fit_parameters(
@@ -145,12 +200,10 @@ def fit_parameters(
     for c in contexts:
         system.validate_context(c)
     batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *contexts)
+    _check_fit_parameters(contexts[0], params, initial)
+    times = times if isinstance(times, jax.core.Tracer) else np.asarray(times, dtype=float)
     measurements = jnp.asarray(measurements)
-    if measurements.shape[0] != len(contexts):
-        raise JaxsysError(
-            f"fit_parameters: measurements have {measurements.shape[0]} experiment(s) on the leading axis; "
-            f"{len(contexts)} context(s) were given."
-        )
+    _check_measurements(system, contexts, times, measurements, observe)
     start = initial or {n: float(contexts[0].get_numeric_parameter(p.group)[p.element]) for n, p in params.items()}
     z = {n: p.to_unconstrained(float(start[n])) for n, p in params.items()}
     optimizer = optimizer or optax.adam(0.05)

@@ -190,12 +190,94 @@ def _matrix_sign(H: jax.Array, iterations: int) -> jax.Array:
     return jax.lax.fori_loop(0, iterations, body, H)
 
 
+def _matrix(M: Any, name: str, caller: str) -> Any:
+    if M is None:
+        raise JaxsysError(f"{caller}: {name} is required.")
+    try:
+        arr = M if isinstance(M, jax.core.Tracer) else np.asarray(M)
+    except Exception as e:  # noqa: BLE001
+        raise JaxsysError(f"{caller}: {name} must be a numeric matrix; got {type(M).__name__}.") from e
+    if not isinstance(arr, jax.core.Tracer) and arr.dtype.kind not in "biuf":
+        raise JaxsysError(f"{caller}: {name} must be a real numeric matrix; got dtype {arr.dtype}.")
+    if np.ndim(arr) != 2:
+        raise JaxsysError(f"{caller}: {name} must be a 2-D matrix; got shape {tuple(np.shape(arr))}.")
+    return arr
+
+
+def check_lqr_inputs(A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str) -> None:
+    """Drake's checks of an LQR problem, with named errors: shapes (A n x n, B n x m, Q n x n, R m x m,
+    N n x m), and where the values are known (not traced): R symmetric positive definite, Q symmetric,
+    Q - N R^-1 N^T positive semidefinite, (A, B) stabilizable and (A, Q) detectable (PBH tests on the
+    eigenvalues with nonnegative real part), so that a stabilizing solution exists."""
+    A, B, Q, R = (_matrix(M, name, caller) for M, name in ((A, "A"), (B, "B"), (Q, "Q"), (R, "R")))
+    n = np.shape(A)[0]
+    m = np.shape(B)[1]
+    expected = {"A": (n, n), "B": (n, m), "Q": (n, n), "R": (m, m)}
+    for name, M in (("A", A), ("B", B), ("Q", Q), ("R", R)):
+        if tuple(np.shape(M)) != expected[name]:
+            raise JaxsysError(
+                f"{caller}: {name} must have shape {expected[name]} (A is {tuple(np.shape(A))}, B is "
+                f"{tuple(np.shape(B))}: n = {n} states, m = {m} inputs); got {tuple(np.shape(M))}."
+            )
+    if N is not None:
+        N = _matrix(N, "N", caller)
+        if tuple(np.shape(N)) != (n, m):
+            raise JaxsysError(f"{caller}: N must have shape {(n, m)}; got {tuple(np.shape(N))}.")
+    if any(isinstance(M, jax.core.Tracer) for M in (A, B, Q, R, N)):
+        return
+    A, B, Q, R = (np.asarray(M, dtype=float) for M in (A, B, Q, R))
+    for name, M in (("A", A), ("B", B), ("Q", Q), ("R", R)):
+        if not np.all(np.isfinite(M)):
+            raise JaxsysError(f"{caller}: {name} has non-finite entries.")
+    scale = max(1.0, float(np.max(np.abs(R))))
+    if not np.allclose(R, R.T, atol=1e-10 * scale):
+        raise JaxsysError(f"{caller}: R must be symmetric; got R = {R.tolist()}.")
+    if m and np.min(np.linalg.eigvalsh(R)) <= 1e-14 * scale:
+        raise JaxsysError(
+            f"{caller}: R must be positive definite (every input must cost something); its smallest eigenvalue is "
+            f"{np.min(np.linalg.eigvalsh(R)):.3g}. (Drake: 'R must be positive definite'.)"
+        )
+    qscale = max(1.0, float(np.max(np.abs(Q))))
+    if not np.allclose(Q, Q.T, atol=1e-10 * qscale):
+        raise JaxsysError(f"{caller}: Q must be symmetric; got Q = {Q.tolist()}.")
+    Qn = Q if N is None else Q - np.asarray(N, float) @ np.linalg.solve(R, np.asarray(N, float).T)
+    if n and np.min(np.linalg.eigvalsh(0.5 * (Qn + Qn.T))) < -1e-10 * qscale:
+        raise JaxsysError(
+            f"{caller}: Q{' - N R^-1 N^T' if N is not None else ''} must be positive semidefinite; its smallest "
+            f"eigenvalue is {np.min(np.linalg.eigvalsh(0.5 * (Qn + Qn.T))):.3g}."
+        )
+    ascale = max(1.0, float(np.max(np.abs(A)))) if n else 1.0
+    tol = 1e-9 * ascale
+    for lam in np.linalg.eigvals(A):
+        if lam.real < -tol:
+            continue
+        pencil = lam * np.eye(n) - A
+        if np.linalg.matrix_rank(np.hstack([pencil, B]), tol=tol) < n:
+            raise JaxsysError(
+                f"{caller}: (A, B) is not stabilizable: the mode at eigenvalue {lam:.4g} of A cannot be moved by any "
+                f"input (PBH test), so no feedback makes the closed loop stable. (Drake: 'IsStabilizable(A, B)'.)"
+            )
+        if np.linalg.matrix_rank(np.vstack([pencil, Qn]), tol=tol) < n:
+            raise JaxsysError(
+                f"{caller}: (A, Q) is not detectable: the mode at eigenvalue {lam:.4g} of A is not seen by the cost Q "
+                f"(PBH test), so the optimal control leaves it alone and there is no stabilizing solution. Add "
+                f"weight on that mode to Q."
+            )
+
+
 def continuous_algebraic_riccati(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 60) -> jax.Array:
     """S solving Aᵀ S + S A − (S B + N) R⁻¹ (Bᵀ S + Nᵀ) + Q = 0 (the stabilizing solution).
 
     Matrix-sign-function method on the Hamiltonian: only inverses and products, so ``jax.grad``
-    goes through it. (Drake: ``ContinuousAlgebraicRiccatiEquation``.)
+    goes through it. (Drake: ``ContinuousAlgebraicRiccatiEquation``.) The inputs are checked as Drake
+    checks them (:func:`check_lqr_inputs`): shapes always, and when their values are known, R positive
+    definite, Q symmetric positive semidefinite, (A, B) stabilizable and (A, Q) detectable.
     """
+    check_lqr_inputs(A, B, Q, R, N, "continuous_algebraic_riccati")
+    return _care(A, B, Q, R, N, iterations)
+
+
+def _care(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 60) -> jax.Array:
     A, B, Q, R = (jnp.asarray(M, dtype=jnp.result_type(float)) for M in (A, B, Q, R))
     n = A.shape[0]
     Rinv = jnp.linalg.inv(R)
@@ -216,9 +298,13 @@ def continuous_algebraic_riccati(A: Any, B: Any, Q: Any, R: Any, N: Any = None, 
 def linear_quadratic_regulator(A: Any, B: Any, Q: Any, R: Any, N: Any = None) -> tuple[jax.Array, jax.Array]:
     """(K, S) for u = −K x minimizing ∫ xᵀQx + uᵀRu + 2xᵀNu dt (Drake: ``LinearQuadraticRegulator(A, B, Q, R, N)``).
 
-    S solves the continuous algebraic Riccati equation; K = R⁻¹ (Bᵀ S + Nᵀ). Differentiable.
+    S solves the continuous algebraic Riccati equation; K = R⁻¹ (Bᵀ S + Nᵀ). Differentiable. Bad
+    problems are named errors, as in Drake: wrong shapes, R not positive definite, Q not symmetric
+    positive semidefinite, (A, B) not stabilizable, (A, Q) not detectable (values checked when known,
+    i.e. not under a trace).
     """
-    S = continuous_algebraic_riccati(A, B, Q, R, N)
+    check_lqr_inputs(A, B, Q, R, N, "linear_quadratic_regulator")
+    S = _care(A, B, Q, R, N)
     B = jnp.asarray(B, S.dtype)
     NT = 0.0 if N is None else jnp.asarray(N, S.dtype).T
     K = jnp.linalg.solve(jnp.asarray(R, S.dtype), B.T @ S + NT)

@@ -43,14 +43,41 @@ def concrete(x: Any) -> Any:
         return None
 
 
-def check_save_times(save_at: Any, t_final: Any) -> None:
-    """Eager checks of ``save_at`` where its values are known: strictly increasing, not past ``t_final``."""
+def check_save_times(save_at: Any, t_final: Any, t0: Any = None) -> None:
+    """Eager checks of ``save_at``: a 1-D real array (its shape and dtype are always known), and
+    where its values are known: finite, strictly increasing, within [t0, t_final]."""
+    shape = tuple(np.shape(save_at))
+    if len(shape) > 1:
+        raise JaxsysError(
+            f"simulate: save_at must be a 1-D array of times; got shape {shape} (use .reshape(-1) if you meant "
+            f"its elements in order)."
+        )
+    try:
+        dt = jnp.result_type(save_at)
+    except TypeError as e:
+        raise JaxsysError(f"simulate: save_at must be an array of times in seconds; got {save_at!r}.") from e
+    if not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer)):
+        raise JaxsysError(f"simulate: save_at must hold real times in seconds; got dtype {jnp.dtype(dt).name}.")
     c_ts = concrete(save_at)
     c_tf = concrete(t_final)
-    if c_ts is not None and c_ts.size > 1 and np.any(np.diff(c_ts) <= 0):
-        raise JaxsysError("simulate: save_at must be strictly increasing.")
-    if c_ts is not None and c_tf is not None and c_ts.size and c_ts[-1] > c_tf * (1 + 1e-12) + 1e-15:
+    c_t0 = None if t0 is None else concrete(t0)
+    if c_ts is None:
+        return
+    c_ts = np.atleast_1d(c_ts)
+    if np.any(~np.isfinite(c_ts)):
+        raise JaxsysError(f"simulate: save_at holds a non-finite time at index {int(np.argmin(np.isfinite(c_ts)))}.")
+    if c_ts.size > 1 and np.any(np.diff(c_ts) <= 0):
+        i = int(np.argmax(np.diff(c_ts) <= 0))
+        raise JaxsysError(
+            f"simulate: save_at must be strictly increasing; save_at[{i + 1}] = {c_ts[i + 1]} follows {c_ts[i]}."
+        )
+    if c_tf is not None and c_ts.size and c_ts[-1] > c_tf * (1 + 1e-12) + 1e-15:
         raise JaxsysError(f"simulate: save_at goes past t_final ({c_ts[-1]} > {c_tf}).")
+    if c_t0 is not None and c_ts.size and c_ts[0] < c_t0 - 1e-12 * max(1.0, abs(float(c_t0))):
+        raise JaxsysError(
+            f"simulate: save_at[0] = {c_ts[0]} is before the context's time {float(c_t0)}: a run records from "
+            f"its start on (a value before it does not exist)."
+        )
 
 
 def record_buffer(record: Callable[[Context], Any], context: Context, n: int) -> Any:

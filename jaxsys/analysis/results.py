@@ -38,8 +38,10 @@ class Status(enum.Enum):
 
     OK = "ok"
     MAX_STEPS = (
-        "The maximum number of integrator step attempts (integrator max_steps) was reached "
-        "before t_final. Increase max_steps, or loosen target_accuracy."
+        "The maximum number of integrator step attempts (integrator max_steps) was reached before t_final, with a "
+        "finite state and steps above the minimum: the run needs more steps than allowed. Increase max_steps or "
+        "loosen target_accuracy; if the steps were tiny because the system is stiff, use an implicit integrator "
+        "(RadauIntegrator)."
     )
     MIN_STEP = (
         "Error control wants to select a step smaller than the minimum allowed "
@@ -47,7 +49,11 @@ class Status(enum.Enum):
         "some part of your system with continuous state is going unstable and/or is producing excessively "
         "large derivatives."
     )
-    NONFINITE = "The continuous state became NaN or infinite."
+    NONFINITE = (
+        "The continuous state became NaN or infinite: it was at the start (a NaN initial state), or the dynamics "
+        "gave NaN/inf that no smaller step avoids (a blow-up, a division by zero, sqrt or log of a negative "
+        "number). Check the initial state and the dynamics."
+    )
     WITNESS_NONFINITE = (
         "A witness function returned NaN or an infinite value, so whether it crossed zero cannot be decided. "
         "Check the witness functions (and the state they read) for a division by zero or a NaN input."
@@ -57,6 +63,11 @@ class Status(enum.Enum):
         "minimum step size (requested_minimum_step_size, or the working minimum ~1e-14 t). The iteration matrix "
         "may be singular, or the derivatives discontinuous or NaN near this state; check the model, or lower "
         "requested_minimum_step_size."
+    )
+    BAD_TIMES = (
+        "The run's times are invalid (they were only known at run time): t_final or the context's time is NaN or "
+        "infinite, t_final is before the context's time, or save_at holds a NaN, a time outside [start, t_final], "
+        "or times that do not increase. Nothing was simulated."
     )
 
     @property
@@ -78,6 +89,7 @@ STATUS_MIN_STEP = Status.MIN_STEP.code
 STATUS_NONFINITE = Status.NONFINITE.code
 STATUS_WITNESS_NONFINITE = Status.WITNESS_NONFINITE.code
 STATUS_NEWTON_FAILED = Status.NEWTON_FAILED.code
+STATUS_BAD_TIMES = Status.BAD_TIMES.code
 STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
 """Status code -> the message a user reads (the values of :class:`Status`)."""
 

@@ -19,6 +19,8 @@ Imports: the framework and every analysis module of the loop (this is the top of
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +40,7 @@ from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .progress import AbstractProgressMeter, NoProgressMeter
 from .recording import check_save_times, concrete
-from .results import STATUS_MESSAGES, STATUS_OK, LoopOutput, SimulationResult, SimulatorStatistics
+from .results import STATUS_BAD_TIMES, STATUS_MESSAGES, STATUS_OK, LoopOutput, SimulationResult, SimulatorStatistics
 from .stepping import StepLoop
 
 
@@ -51,6 +53,54 @@ def _default_record(context: Context) -> Array:
     return context.get_continuous_state_vector()
 
 
+_TRACER_ERRORS = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerIntegerConversionError,
+    jax.errors.TracerArrayConversionError,
+)
+
+
+def _user_frame(tb: Any) -> tuple[Any, str, str] | None:
+    """The innermost traceback frame of a method of a System outside jaxsys: (system, method, where)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, System) and not os.path.abspath(frame.f_code.co_filename).startswith(package):
+            found = (owner, frame.f_code.co_name, f"{frame.f_code.co_filename}:{tb.tb_lineno}")
+        tb = tb.tb_next
+    return found
+
+
+def explain_tracer_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Re-raise JAX's tracer errors (Python control flow or a conversion on a traced value, inside the
+    user's dynamics, outputs or events) as a JaxsysError naming the system, its method and the line,
+    with the JAX way to write it."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except _TRACER_ERRORS as e:
+            where = _user_frame(e.__traceback__)
+            if where is None:
+                raise
+            owner, method, line = where
+            raise JaxsysError(
+                f"{fn.__name__}: System {owner.get_system_id_string()}, method {method} "
+                f"({line}): {type(e).__name__}: Python control flow or a conversion (if/while on a value, float(), "
+                f"int(), np.asarray()) on a value that is traced. The simulation traces every method once for all "
+                f"values, so values are symbolic there: write the branch with jnp.where(cond, a, b) or "
+                f"jax.lax.cond, loops with jax.lax.fori_loop / while_loop, and keep computations in jax.numpy. "
+                f"JAX's message: {str(e).splitlines()[0]}"
+            ) from e
+
+    return wrapper
+
+
+@explain_tracer_errors
 def simulate(
     system: System,
     context: Context,
@@ -160,6 +210,12 @@ def simulate(
             program, context, initialize, updates_at_start, c_t0, c_tf, log_capacity
         )
     progress = progress_meter if progress_meter is not None else NoProgressMeter()
+    # times known only at run time are checked there: a bad one stops the run before its first step
+    times_ok = None
+    if c_t0 is None or c_tf is None or (save_at is not None and concrete(save_at) is None):
+        times_ok = _times_ok(t0, jnp.asarray(t_final, dtype), ts)
+        t_final = jnp.where(times_ok, t_final, t0)
+        ts = jnp.where(times_ok, ts, t0 + jnp.arange(ts.shape[0], dtype=dtype) * 0.0)
     run = _make_run(system, context, integrator, record or _default_record, t_final, ts, progress)
     fixed = integrator.get_fixed_step_mode()
     plan = None
@@ -186,7 +242,20 @@ def simulate(
     progress.close(run.aux["progress"][1], raw.t)
     # a fixed-step plan made for an assumed start time is checked against the traced one
     planned_t0 = (t0, t0_plan) if plan is not None and c_t0 is None else None
+    if times_ok is not None:
+        raw = raw._replace(status=jnp.where(times_ok, raw.status, STATUS_BAD_TIMES).astype(raw.status.dtype))
     return _finish(run, raw, program, init_values, throw, planned_t0)
+
+
+def _times_ok(t0: Array, t_final: Array, ts: Array) -> Array:
+    """The run-time check of times that were traced: finite, t0 <= t_final, save times finite, strictly
+    increasing and within [t0, t_final] (the eager checks of :func:`_check_inputs`, inside jit)."""
+    ok = jnp.isfinite(t0) & jnp.isfinite(t_final) & (t_final >= t0)
+    if ts.shape[0]:
+        scale = jnp.maximum(1.0, jnp.abs(t_final))
+        ok = ok & jnp.all(jnp.isfinite(ts)) & (ts[0] >= t0 - 1e-12 * scale) & (ts[-1] <= t_final + 1e-12 * scale)
+        ok = ok & jnp.all(jnp.diff(ts) > 0)
+    return ok
 
 
 def _pending_flags(program: EventProgram, pending: Any) -> Array:
@@ -212,15 +281,48 @@ def _check_inputs(
     loop: str,
     dense_output: bool,
 ) -> None:
-    """Eager checks of simulate's arguments (those whose values are known while tracing)."""
+    """Eager checks of simulate's arguments (those whose values are known while tracing); the traced
+    ones are checked in the run (:func:`_time_status`)."""
     if not isinstance(system, System):
         raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
     system.validate_context(context)
     if not isinstance(integrator, IntegratorBase):
         raise JaxsysError(f"simulate: integrator must be an IntegratorBase, got {type(integrator).__name__}.")
+    name = system.get_system_id_string()
+    t0 = context.get_time()
+    if jnp.ndim(t0) != 0:
+        raise JaxsysError(
+            f"simulate: the context of System {name} is batched (its time has shape {tuple(jnp.shape(t0))}); "
+            f"simulate runs one context. Use js.batch_simulate(system, contexts, ...), or "
+            f"jax.vmap(lambda c: js.simulate(system, c, ...))(contexts)."
+        )
+    for what, value in (("time", t0), ("continuous state", context.get_continuous_state_vector())):
+        dt = jnp.result_type(value)
+        if not jnp.issubdtype(dt, jnp.floating):
+            raise JaxsysError(
+                f"simulate: the context's {what} (System {name}) has dtype {jnp.dtype(dt).name}; simulate needs "
+                f"a real floating dtype (create the context with create_default_context(jnp.float32) or "
+                f"(jnp.float64)). A complex state integrates as its real and imaginary parts: declare both."
+            )
+    try:
+        tf_shape, tf_kind = tuple(jnp.shape(t_final)), jnp.dtype(jnp.result_type(t_final)).kind
+    except TypeError:
+        tf_shape, tf_kind = tuple(np.shape(t_final)), "O"
+    if tf_shape != () or tf_kind not in "iuf":
+        raise JaxsysError(
+            f"simulate: t_final must be a real scalar time in seconds; got {type(t_final).__name__} of shape "
+            f"{tf_shape}."
+        )
+    c_t0, c_tf = concrete(t0), concrete(t_final)
+    if c_t0 is not None and not np.isfinite(c_t0):
+        raise JaxsysError(f"simulate: the context's time is {float(c_t0)} (System {name}); it must be finite.")
+    if c_tf is not None and not np.isfinite(c_tf):
+        raise JaxsysError(
+            f"simulate: t_final must be a finite time in seconds; got {float(c_tf)}. (A run to infinity never "
+            f"ends: choose a horizon, or stop on an event.)"
+        )
     if save_at is not None:
-        check_save_times(save_at, t_final)
-    c_t0, c_tf = concrete(context.get_time()), concrete(t_final)
+        check_save_times(save_at, t_final, t0)
     if c_t0 is not None and c_tf is not None and c_tf < c_t0:
         raise JaxsysError(
             f"simulate: t_final={float(c_tf)} is before the context's time {float(c_t0)} (Drake: "

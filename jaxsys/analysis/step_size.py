@@ -170,6 +170,9 @@ def error_control(
     if not has_state:  # nothing to integrate: every step is accepted
         success, violation = jnp.array(True), jnp.array(False)
     violation = violation & ok
+    # a step pinned at the minimum whose state or error estimate is still NaN/inf: the dynamics are
+    # non-finite here, whatever the step (report that, not the step size)
+    nonfinite = ~jnp.isfinite(err_norm) | ~jnp.all(jnp.isfinite(x_new))
     accept = success & ok & ~violation
     return Verdict(
         accept=accept,
@@ -177,7 +180,7 @@ def error_control(
         at_minimum=at_min.astype(i32),
         shrinkage=(ok & ~success).astype(i32),
         failure=(~ok).astype(i32),
-        status=jnp.where(violation, STATUS_MIN_STEP, newton_status),
+        status=jnp.where(violation, jnp.where(nonfinite, STATUS_NONFINITE, STATUS_MIN_STEP), newton_status),
         limited=limited | ~ok,
     )
 

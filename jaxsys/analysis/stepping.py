@@ -50,7 +50,14 @@ from .integrators.newton import N_STATS
 from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState, NewtonCarry
 from .loops import Run, WhileLoop
 from .recording import initial_saves, record_buffer, run_with_saving
-from .results import STATUS_MAX_STEPS, STATUS_OK, STATUS_WITNESS_NONFINITE, LoopOutput, make_statistics
+from .results import (
+    STATUS_MAX_STEPS,
+    STATUS_NONFINITE,
+    STATUS_OK,
+    STATUS_WITNESS_NONFINITE,
+    LoopOutput,
+    make_statistics,
+)
 from .step_size import StepChoice, Verdict, choose_step, error_control
 from .witness_isolation import detect_crossings, first_bracket, isolate_crossing, isolation_window
 
@@ -158,7 +165,10 @@ class StepLoop:
         newton: NewtonCarry | tuple[()] = ()
         if self.newton:
             newton = NewtonCarry(integrator.init_newton_cache(x0), jnp.zeros((N_STATS,), jnp.int32))
-        return LoopState(x0, Clock.start(t0, h0), Counters.start(extra), grid, events0, fsal, dense, newton)
+        counters = Counters.start(extra)
+        # a non-finite initial state stops the run before its first step, with the status that says so
+        counters = counters.replace(status=jnp.where(jnp.all(jnp.isfinite(x0)), STATUS_OK, STATUS_NONFINITE))
+        return LoopState(x0, Clock.start(t0, h0), counters, grid, events0, fsal, dense, newton)
 
     def running(self, s: LoopState) -> Array:
         """The run goes on: status ok and attempts left."""

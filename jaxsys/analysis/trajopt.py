@@ -20,6 +20,7 @@ Imports (within jaxsys): the framework's ``context``, ``diagram_builder``, ``err
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,8 @@ class TrajOptResult:
     **Fields:** `method`; `times` (N+1,) knot times; `u` (N+1, m) input knots; `x` (N+1, n) states at
     the knots (from the method's own model); `cost`; `constraint_violation` (max abs over equality
     constraints and positive parts of inequalities); `outer_iterations`; `input_trajectory` (a
-    first-order-hold PiecewisePolynomial of `u`).
+    first-order-hold PiecewisePolynomial of `u`); `success` (the violation is finite and at most
+    `tolerance`; when it is not, a warning names the options that control convergence).
     """
 
     method: str
@@ -55,6 +57,8 @@ class TrajOptResult:
     constraint_violation: float
     outer_iterations: int
     input_trajectory: PiecewisePolynomial
+    success: bool = False
+    tolerance: float = 1e-6
 
 
 def augmented_lagrangian(
@@ -118,7 +122,13 @@ def augmented_lagrangian(
         lam = lam + mu * eq(z)
         nu = jnp.maximum(0.0, nu + mu * ineq(z))
         mu = min(mu * penalty_growth, max_penalty)
-    return unravel(z), {"violation": violation(z), "objective": float(obj(z)), "outer_iterations": used}
+    return unravel(z), {
+        "violation": violation(z),
+        "objective": float(obj(z)),
+        "outer_iterations": used,
+        "tolerance": tolerance,
+        "options": {"outer_iterations": outer_iterations, "inner_iterations": inner_iterations, "penalty": penalty},
+    }
 
 
 def _input_port(system: System) -> Any:
@@ -308,15 +318,29 @@ def direct_collocation(
 
 
 def _result(method: str, times: np.ndarray, u: jax.Array, x: jax.Array, info: dict[str, Any]) -> TrajOptResult:
+    violation, tolerance = info["violation"], info["tolerance"]
+    success = bool(np.isfinite(violation) and np.isfinite(info["objective"]) and violation <= tolerance)
+    if not success:
+        opts = info["options"]
+        warnings.warn(
+            f"{method}: did not converge: constraint violation {violation:.3g} > tolerance {tolerance:g} after "
+            f"{info['outer_iterations']} outer iterations (cost {info['objective']:.4g}). Options that control "
+            f"convergence: outer_iterations (now {opts['outer_iterations']}), inner_iterations (now "
+            f"{opts['inner_iterations']}), penalty (now {opts['penalty']}), tolerance; a better initial guess "
+            f"(u_init) or more knots also help. result.success is False.",
+            stacklevel=3,
+        )
     return TrajOptResult(
         method,
         np.asarray(times),
         np.asarray(u),
         np.asarray(x),
         info["objective"],
-        info["violation"],
+        violation,
         info["outer_iterations"],
         PiecewisePolynomial.first_order_hold(times, np.asarray(u)),
+        success,
+        tolerance,
     )
 
 

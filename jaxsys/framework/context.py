@@ -49,6 +49,7 @@ from .values import (
     as_float_array as as_float_array,
     default_float_dtype as default_float_dtype,
     is_id_bearer as is_id_bearer,
+    refuse_complex,
     with_system_id as with_system_id,
 )
 
@@ -159,6 +160,7 @@ class Context(abc.ABC):
             )
         if c.size() == 0:
             return self
+        refuse_complex(x, "The continuous state", self.system_id)
         cs = ContinuousState(jnp.asarray(x, dtype=c.x.dtype), c.num_q, c.num_v, c.num_z, c.system_id)
         return self._with_leaf_contexts([leaf._replace_state(continuous_state=cs)])
 
@@ -506,6 +508,7 @@ class LeafContext(Context):
 
     def with_time(self, t: Any) -> LeafContext:
         """A copy at time ``t`` (seconds; Drake: ``SetTime``)."""
+        refuse_complex(t, "The time", self.system_id)
         return LeafContext(
             jnp.asarray(t, dtype=self.time.dtype),
             self.state,

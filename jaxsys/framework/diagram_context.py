@@ -22,7 +22,7 @@ import numpy as np
 from .context import Context, LeafContext
 from .errors import StateError
 from .ids import INVALID_SYSTEM_ID, describe_system_id
-from .values import ContinuousState, _pytree_dataclass, _static, with_system_id
+from .values import ContinuousState, _pytree_dataclass, _static, refuse_complex, with_system_id
 
 
 Array = jax.Array
@@ -230,6 +230,7 @@ class DiagramContext(Context):
 
     def with_time(self, t: Any) -> DiagramContext:
         """A copy at time ``t`` in this context and every subcontext (Drake: ``SetTime``)."""
+        refuse_complex(t, "The time", self.system_id)
         t = jnp.asarray(t, dtype=self.time.dtype)
         loose = tuple(s.with_time(t) for s in self.loose)
         packs = tuple(
@@ -293,6 +294,7 @@ class DiagramContext(Context):
                 f"The continuous state of System {describe_system_id(self.system_id)} has size {n} "
                 f"(num_q={nq}, num_v={nv}, num_z={nz}); the value given has shape {shape}."
             )
+        refuse_complex(x, "The continuous state", self.system_id)
         x = jnp.asarray(x)
         if not np.array_equal(perm, np.arange(n)):
             x = x[np.argsort(perm)]

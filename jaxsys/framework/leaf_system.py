@@ -504,6 +504,12 @@ class LeafSystem(LeafEvents):
                 f"{xdot.shape}; its continuous state has size {n} (num_q={spec.num_q}, "
                 f"num_v={spec.num_v}, num_z={spec.num_z}), so the shape must be ({n},)."
             )
+        if not (jnp.issubdtype(xdot.dtype, jnp.floating) or jnp.issubdtype(xdot.dtype, jnp.integer)):
+            raise StateError(
+                f"do_calc_time_derivatives of System {self.get_system_id_string()} returned dtype {xdot.dtype}; "
+                f"the derivatives of a real state must be real (casting would drop the imaginary part: declare "
+                f"the real and imaginary parts as separate states)."
+            )
         x = context.get_continuous_state_vector()
         return xdot.astype(x.dtype) if n else xdot.astype(context.time.dtype)
 

@@ -100,6 +100,18 @@ class _Port:
     def check_value(self, value: Any, where: str) -> Any:
         """Check a value against the port's type; return it as a JAX value. Raises PortError."""
         if self._kind == VECTOR:
+            if isinstance(value, (str, bytes)) or (
+                not isinstance(value, jax.core.Tracer) and np.asarray(value).dtype.kind not in "biufc"
+            ):
+                raise PortError(
+                    f"{where}: expected a numeric vector of size {self._size} for {self.get_full_description()}, "
+                    f"but the value given is {type(value).__name__} {value!r:.60}."
+                )
+            if jnp.iscomplexobj(value):
+                raise PortError(
+                    f"{where}: expected a real vector of size {self._size} for {self.get_full_description()}, "
+                    f"but the value given is complex."
+                )
             shape = tuple(np.shape(value))
             if shape != (self._size,):
                 if shape == () and self._size == 1:

@@ -194,7 +194,14 @@ class System(SystemEvents, SystemConstraints):
 
         **Arguments:**
         - `dtype`: floating dtype of all values (default: float64 with ``jax_enable_x64``, else float32).
+          An integer or complex dtype is an error: time and state are real numbers.
         """
+        if dtype is not None and not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+            raise JaxsysError(
+                f"create_default_context: System {self.get_system_id_string()}: dtype must be a real floating "
+                f"dtype (jnp.float32 or jnp.float64); got {jnp.dtype(dtype).name}. Time and state are real "
+                f"numbers: integrate a complex state as its real and imaginary parts."
+            )
         return self._allocate_context(dtype or default_float_dtype())
 
     def allocate_context(self, dtype: Any = None) -> Context:

@@ -61,6 +61,17 @@ def as_float_array(value: Any, dtype: Any = None) -> Array:
     return jnp.asarray(arr, dtype=dtype)
 
 
+def refuse_complex(value: Any, what: str, owner_id: int) -> None:
+    """A named error for a complex value given where jaxsys stores real numbers (state, parameters,
+    time): a cast would drop the imaginary part silently."""
+    if jnp.iscomplexobj(value):
+        raise StateError(
+            f"{what} of System {describe_system_id(owner_id)} holds real numbers; the value given is complex "
+            f"({jnp.result_type(value)}). Casting would drop its imaginary part: declare the real and imaginary "
+            f"parts as separate state (or use jnp.real / jnp.imag explicitly)."
+        )
+
+
 def _shape_str(value: Any) -> str:
     shape = getattr(value, "shape", None)
     return str(tuple(shape)) if shape is not None else f"a {type(value).__name__}"
@@ -75,6 +86,7 @@ def _check_vector(owner_id: int, what: str, old: Array, new: Any) -> Array:
             f"{what} of System {describe_system_id(owner_id)} has shape {tuple(old.shape)}; "
             f"the value given has shape {tuple(new_shape)}."
         )
+    refuse_complex(new, what, owner_id)
     return jnp.asarray(new, dtype=old.dtype)
 
 

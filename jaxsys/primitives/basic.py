@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..framework.context import Context
-from ..framework.errors import DeclarationError
+from ..framework.errors import DeclarationError, JaxsysError
 from ..framework.leaf_system import LeafSystem
 
 
@@ -36,12 +36,37 @@ class Adder(LeafSystem):
         return total
 
 
+def _per_element(value: Any, size: int, owner: str, what: str, positive: bool = False) -> np.ndarray:
+    """``value`` (a scalar, or one per element) as a float vector of ``size``: a named error for another
+    length, a non-numeric or non-finite value, or (``positive``) a value <= 0."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise JaxsysError(f"{owner}: {what} must be a number or {size} numbers; got {value!r:.60}.") from e
+    if arr.ndim > 1 or (arr.ndim == 1 and arr.shape[0] not in (1, size)):
+        raise JaxsysError(
+            f"{owner}: {what} must be a scalar or have one value per element (size {size}); got shape {arr.shape}."
+        )
+    if not np.all(np.isfinite(arr)):
+        raise JaxsysError(f"{owner}: {what} must be finite; got {arr.tolist()}.")
+    if positive and not np.all(arr > 0):
+        raise JaxsysError(f"{owner}: {what} must be > 0; got {arr.tolist()}.")
+    return np.broadcast_to(arr, (size,))
+
+
+def _check_size(size: Any, owner: str) -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        raise JaxsysError(f"{owner}: size must be a positive integer; got {size!r}.")
+    return int(size)
+
+
 class Gain(LeafSystem):
     """y = k ⊙ u (Drake's ``Gain(k, size)``); numeric parameter 0 holds k (size ``size``). Ports ``u0``, ``y0``."""
 
     def __init__(self, k: float | Any, size: int, name: str = "") -> None:
         super().__init__(name)
-        self.declare_numeric_parameter(np.broadcast_to(np.asarray(k, dtype=float), (size,)))
+        size = _check_size(size, "Gain")
+        self.declare_numeric_parameter(_per_element(k, size, "Gain", "the gain k"))
         self.declare_vector_input_port("u0", size)
         self.declare_vector_output_port("y0", size, self.calc_y)
 
@@ -162,8 +187,9 @@ class Sine(LeafSystem):
 
     def __init__(self, amplitude: Any, frequency: Any, phase: Any, size: int = 1, name: str = "") -> None:
         super().__init__(name)
-        for v in (amplitude, frequency, phase):
-            self.declare_numeric_parameter(np.broadcast_to(np.asarray(v, dtype=float), (size,)))
+        size = _check_size(size, "Sine")
+        for what, v in (("amplitude", amplitude), ("frequency", frequency), ("phase", phase)):
+            self.declare_numeric_parameter(_per_element(v, size, "Sine", what))
         self.declare_vector_output_port("y0", size, lambda c: self._value(c, 0))
         self.declare_vector_output_port("y1", size, lambda c: self._value(c, 1))
         self.declare_vector_output_port("y2", size, lambda c: self._value(c, 2))
@@ -182,8 +208,10 @@ class FirstOrderLowPassFilter(LeafSystem):
 
     def __init__(self, time_constant: float | Any = 1.0, size: int = 1, name: str = "") -> None:
         super().__init__(name)
+        size = _check_size(size, "FirstOrderLowPassFilter")
         self.declare_continuous_state(size)
-        self.declare_numeric_parameter(np.broadcast_to(np.asarray(time_constant, dtype=float), (size,)))
+        tau = _per_element(time_constant, size, "FirstOrderLowPassFilter", "time_constant", positive=True)
+        self.declare_numeric_parameter(tau)
         self.declare_vector_input_port("u0", size)
         self.declare_vector_output_port("y0", size, self.calc_y)
 

@@ -252,7 +252,5 @@ def solve_stage(
 
     like = (jnp.array(False), cache, jnp.zeros((3,), jnp.int32))
     z, aux = jax.lax.custom_root(residual, z0, solve, tangent_solve, has_aux=True)
-    ok, cache_out, counts = jax.tree_util.tree_map(
-        lambda a, ref: jax.lax.stop_gradient(a).astype(ref.dtype), aux, like
-    )
+    ok, cache_out, counts = jax.tree_util.tree_map(lambda a, ref: jax.lax.stop_gradient(a).astype(ref.dtype), aux, like)
     return z, ok, cache_out, counts
