@@ -190,6 +190,48 @@ def case_dopri():
     return title, rows
 
 
+def case_plain_calls():
+    """Issue #22 item 1, as users call it: a plain js.simulate call repeated (goal: within 2x of the
+    same call wrapped in eqx.filter_jit), the same call with a new t_final (no recompile), and a new
+    Simulator on the same diagram (shares the compiled advance)."""
+    import equinox as eqx
+
+    p, ctx = pendulum()
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8)
+    jitted = eqx.filter_jit(js.simulate)
+
+    def plain(c):
+        return js.simulate(p, c, 10.0, integ).context.time
+
+    horizons = iter(5.0 + 1e-3 * k for k in range(10_000))
+    rows = [
+        ("eqx.filter_jit(js.simulate) (the reference)", *timeit(lambda c: jitted(p, c, 10.0, integ).context.time, ctx)),
+        (
+            "plain js.simulate, repeated (goal <= 2x)",
+            *timeit(lambda c: js.simulate(p, c, 10.0, integ).context.time, ctx),
+        ),
+        (
+            "plain js.simulate, a new t_final each call (no recompile)",
+            *timeit(lambda c: js.simulate(p, c, next(horizons), integ).context.time, ctx),
+        ),
+    ]
+
+    def new_simulator(c):
+        sim = js.Simulator(p, c, integ)
+        return sim.advance_to(10.0).time
+
+    rows.append(("a new Simulator + advance_to(10) each call", *timeit(new_simulator, ctx)))
+    if diffrax is not None:
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y))
+        ctrl = diffrax.PIDController(rtol=1e-8, atol=1e-8)
+
+        def dfx(y0):
+            return diffrax.diffeqsolve(term, diffrax.Dopri5(), 0.0, 10.0, 0.01, y0, stepsize_controller=ctrl).ys
+
+        rows.append(("plain diffrax.diffeqsolve, repeated", *timeit(dfx, X0)))
+    return "S2b as users call it (plain calls; compile = first call)", rows
+
+
 def case_dopri_work_precision():
     """Equal accuracy, not equal tolerance: Drake's error measure (a max-norm of the local error
     against ``accuracy``) is stricter than Diffrax's (an RMS norm against rtol*|y| + atol), so at the
@@ -577,6 +619,7 @@ def main() -> None:
     cases = [
         ("S2a", case_rk3),
         ("S2b", case_dopri),
+        ("S2b-plain", case_plain_calls),
         ("S2b'", case_dopri_work_precision),
         ("S2b+", case_dopri_saved),
         ("S2c", case_fixed_rk4_saved),

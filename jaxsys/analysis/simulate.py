@@ -175,6 +175,13 @@ def simulate(
     ``jax.grad`` / ``jax.jvp`` (any order, and combined with ``vmap`` either way round) with respect
     to anything numeric in the context.
 
+    **Errors.** Arguments whose values are known here are checked here (named errors). Traced times
+    that are invalid give the ``BAD_TIMES`` status; failures during the run (NaN, minimum step,
+    Newton, max_steps) give their status. With ``throw=True`` a bad status raises through
+    ``equinox.error_if``: directly or under ``eqx.filter_jit`` an ``EquinoxRuntimeError`` with the
+    message; under a plain ``jax.jit``, JAX wraps it as "INTERNAL: CpuCallback error" with the message
+    at the end, so prefer ``eqx.filter_jit``, or ``throw=False`` and ``result.status``.
+
     **What a derivative is.** The derivative of the map the run computed:
     - Fixed steps: exactly that map's derivative (finite differences of the same run agree).
     - Error control: the computed map's derivative *with its step sizes held fixed* (step-size
@@ -199,10 +206,130 @@ def simulate(
             f"(System {system.get_system_id_string()} has some): an event changes the state within the step "
             f"the interpolant spans. Leave dense_output off: save_at times are then reached by stepping."
         )
+    options = dict(
+        integrator=integrator,
+        record=record,
+        throw=throw,
+        start_time=start_time,
+        progress_meter=progress_meter,
+        initialize=initialize,
+        updates_at_start=updates_at_start,
+        log_capacity=log_capacity,
+        witness_iterations=witness_iterations,
+        witness_isolation=witness_isolation,
+        loop=loop,
+        checkpoints=checkpoints,
+        dense_output=dense_output,
+    )
+    if _ENTRY_CACHE["enabled"] and not _any_tracer((system, context, t_final, save_at, pending_witness_events)):
+        return _compiled_run(system, program, context, t_final, save_at, pending_witness_events, options)
+    return _simulate_body(system, program, context, t_final, save_at, pending_witness_events, None, **options)
+
+
+def _any_tracer(tree: Any) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
+
+
+_ENTRY_CACHE: dict[str, Any] = {"enabled": True, "traces": 0, "size": 64}
+_COMPILED: dict[Any, Any] = {}
+_MODES: dict[Any, Any] = {}
+
+
+def _compiled_run(
+    system: System,
+    program: EventProgram,
+    context: Context,
+    t_final: Any,
+    save_at: Any,
+    pending: Any,
+    options: dict[str, Any],
+) -> SimulationResult:
+    """An eager ``simulate`` call: one compiled function per configuration, reused by later calls.
+
+    Static (in the key): the system (by identity), the integrator and every option. The context, the
+    pending witness flags and, for runs whose loop does not need them while tracing (error-controlled
+    or implicit, without events), ``t_final`` and ``save_at`` are arguments: calls that change them
+    do not recompile. Fixed-step runs (their step count is planned while tracing) and systems with
+    events (their logs are sized from the horizon) bake the times in: a new horizon compiles anew.
+    Compiled with ``equinox.filter_jit``, so run-time errors arrive as clean ``EquinoxRuntimeError``.
+    """
+    integrator = options["integrator"]
+    c_t0, c_tf = float(concrete(context.get_time())), float(concrete(t_final))
+    mode_key = (id(system), integrator)
+    if mode_key not in _MODES:
+        # (a method call on an equinox Module costs ~0.1 ms: asked once per configuration)
+        scan_possible = integrator.get_fixed_step_mode() and not integrator.can_fail()
+        _MODES[mode_key] = (system, not program and not scan_possible)
+    dynamic_times = _MODES[mode_key][1]
+    c_ts = None if save_at is None else np.asarray(concrete(save_at), dtype=np.float64).reshape(-1)
+    if dynamic_times:
+        times_key: Any = ("dynamic", None if c_ts is None else c_ts.shape[0])
+    else:
+        times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
+    key = (id(system), times_key, tuple(sorted((k, _hashable(v)) for k, v in options.items())), pending is None)
+    entry = _COMPILED.get(key)
+    if entry is None:
+        if dynamic_times:
+
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any) -> SimulationResult:
+                _ENTRY_CACHE["traces"] += 1
+                return _simulate_body(system, program, ctx, tf, ts, pend, None, **options)
+
+        else:
+
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any) -> SimulationResult:
+                _ENTRY_CACHE["traces"] += 1
+                return _simulate_body(system, program, ctx, c_tf, c_ts, pend, c_t0, **options)
+
+        if len(_COMPILED) >= _ENTRY_CACHE["size"]:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        entry = (system, eqx.filter_jit(body))  # (the system is kept alive with its id)
+        _COMPILED[key] = entry
+    dtype = context.get_time().dtype
+    tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
+    ts_arg = None if c_ts is None or not dynamic_times else np.asarray(c_ts, dtype)
+    return entry[1](context, tf_arg, ts_arg, pending)
+
+
+def _hashable(value: Any) -> Any:
+    """An option as a cache key: itself when hashable, else its identity."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("id", id(value))
+
+
+def _simulate_body(
+    system: System,
+    program: EventProgram,
+    context: Context,
+    t_final: Any,
+    save_at: Any,
+    pending_witness_events: Any,
+    known_t0: float | None,
+    *,
+    integrator: IntegratorBase,
+    record: Callable[[Context], Any] | None,
+    throw: bool,
+    start_time: float | None,
+    progress_meter: AbstractProgressMeter | None,
+    initialize: bool,
+    updates_at_start: bool,
+    log_capacity: int,
+    witness_iterations: int,
+    witness_isolation: bool,
+    loop: str,
+    checkpoints: int | None,
+    dense_output: bool,
+) -> SimulationResult:
+    """The run itself (after the eager checks). ``known_t0``: the context's start time when the
+    context is traced but its time was known at the call (the compiled entry point)."""
     t0 = context.get_time()
     dtype = t0.dtype
     ts = jnp.zeros((0,), dtype) if save_at is None else jnp.asarray(save_at, dtype).reshape(-1)
-    c_t0, c_tf = concrete(t0), concrete(t_final)
+    c_t0 = concrete(t0) if known_t0 is None else np.asarray(known_t0)
+    c_tf = concrete(t_final)
     init_values: Any = ()
     events = None
     if program:
@@ -288,11 +415,11 @@ def _check_inputs(
     system.validate_context(context)
     if not isinstance(integrator, IntegratorBase):
         raise JaxsysError(f"simulate: integrator must be an IntegratorBase, got {type(integrator).__name__}.")
-    name = system.get_system_id_string()
     t0 = context.get_time()
     if jnp.ndim(t0) != 0:
         raise JaxsysError(
-            f"simulate: the context of System {name} is batched (its time has shape {tuple(jnp.shape(t0))}); "
+            f"simulate: the context of System {system.get_system_id_string()} is batched (its time has shape "
+            f"{tuple(jnp.shape(t0))}); "
             f"simulate runs one context. Use js.batch_simulate(system, contexts, ...), or "
             f"jax.vmap(lambda c: js.simulate(system, c, ...))(contexts)."
         )
@@ -300,7 +427,8 @@ def _check_inputs(
         dt = jnp.result_type(value)
         if not jnp.issubdtype(dt, jnp.floating):
             raise JaxsysError(
-                f"simulate: the context's {what} (System {name}) has dtype {jnp.dtype(dt).name}; simulate needs "
+                f"simulate: the context's {what} (System {system.get_system_id_string()}) has dtype "
+                f"{jnp.dtype(dt).name}; simulate needs "
                 f"a real floating dtype (create the context with create_default_context(jnp.float32) or "
                 f"(jnp.float64)). A complex state integrates as its real and imaginary parts: declare both."
             )
@@ -315,7 +443,10 @@ def _check_inputs(
         )
     c_t0, c_tf = concrete(t0), concrete(t_final)
     if c_t0 is not None and not np.isfinite(c_t0):
-        raise JaxsysError(f"simulate: the context's time is {float(c_t0)} (System {name}); it must be finite.")
+        raise JaxsysError(
+            f"simulate: the context's time is {float(c_t0)} (System {system.get_system_id_string()}); it must be "
+            f"finite."
+        )
     if c_tf is not None and not np.isfinite(c_tf):
         raise JaxsysError(
             f"simulate: t_final must be a finite time in seconds; got {float(c_tf)}. (A run to infinity never "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time as _time
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -34,6 +35,10 @@ from .simulate import simulate as simulate
 
 
 Array = jax.Array
+
+
+_ADVANCE: dict[Any, Any] = {}
+_ADVANCE_TRACES = [0]  # how many times an advance was traced (tests check that reuse does not retrace)
 
 
 class Simulator:
@@ -65,7 +70,6 @@ class Simulator:
         self._rate = 0.0
         self._initialized = False
         self._stats: dict[str, float] = {}
-        self._compiled: dict[Any, Any] = {}
         self._updates_at_start = True
         self._pending: Any = None  # witnesses whose updates are pending (from the last advance_to)
         self._last_result: SimulationResult | None = None
@@ -75,12 +79,14 @@ class Simulator:
         self._sim_start = 0.0
 
     def _advance_fn(self, updates_at_start: bool) -> Any:
-        key = ("advance", updates_at_start)
-        if key not in self._compiled:
-            system, integrator = self._system, self._integrator
+        """The compiled advance for this configuration, shared by every Simulator of the same system
+        and integrator (a new Simulator on the same diagram does not recompile)."""
+        key = (id(self._system), self._integrator, updates_at_start, self._witness_isolation)
+        if key not in _ADVANCE:
+            system, integrator, isolation = self._system, self._integrator, self._witness_isolation
 
-            @jax.jit
             def advance(context: Context, t_final: Array, pending: Any) -> SimulationResult:
+                _ADVANCE_TRACES[0] += 1
                 return simulate(
                     system,
                     context,
@@ -89,11 +95,15 @@ class Simulator:
                     initialize=False,
                     updates_at_start=updates_at_start,
                     pending_witness_events=pending,
-                    witness_isolation=self._witness_isolation,
+                    witness_isolation=isolation,
                 )
 
-            self._compiled[key] = advance
-        return self._compiled[key]
+            if len(_ADVANCE) >= 64:
+                _ADVANCE.pop(next(iter(_ADVANCE)))
+            # (filter_jit: run-time errors arrive as a clean EquinoxRuntimeError; the system is kept
+            # alive with its id)
+            _ADVANCE[key] = (system, eqx.filter_jit(advance))
+        return _ADVANCE[key][1]
 
     def initialize(self) -> Context:
         """Run the initialization events, then publishes due at the start time (Drake: ``Initialize``).
@@ -188,7 +198,6 @@ class Simulator:
         Integrators are immutable: to change an option, pass ``integrator.with_options(...)``.
         """
         self._integrator = integrator
-        self._compiled = {}
         return integrator
 
     def set_target_realtime_rate(self, rate: float) -> None:

@@ -1,0 +1,118 @@
+"""Speed as users meet it, without timing anything (issue #22, item 1): a repeated plain ``simulate``
+call, a call with a new horizon, and a new ``Simulator`` on the same diagram reuse compiled code
+(counted by traces, not timed), and give the same results as the uncached path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsys as js
+from jaxsys.analysis import simulate as simulate_module, simulator as simulator_module
+
+
+class Decay(js.LeafSystem):
+    """x' = -a x (parameter a)."""
+
+    def __init__(self) -> None:
+        super().__init__("decay")
+        self.declare_continuous_state(1, default=[1.0])
+        self.declare_numeric_parameter([1.0])
+
+    def do_calc_time_derivatives(self, context: Any) -> Any:
+        return -context.get_numeric_parameter(0)[0] * context.get_continuous_state_vector()
+
+
+class Sampled(js.LeafSystem):
+    """y' = u; every 0.1 s: u <- -y (a discrete update)."""
+
+    def __init__(self) -> None:
+        super().__init__("sampled")
+        self.declare_continuous_state(1, default=[1.0])
+        self.declare_discrete_state(1)
+        self.declare_periodic_discrete_update_event(0.1, 0.0, lambda c, d: -c.get_continuous_state_vector())
+
+    def do_calc_time_derivatives(self, context: Any) -> Any:
+        return context.get_discrete_state(0)
+
+
+def traces() -> int:
+    return simulate_module._ENTRY_CACHE["traces"]
+
+
+def test_repeated_plain_call_does_not_retrace():
+    s = Decay()
+    ctx = s.create_default_context()
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-10)
+    r0 = js.simulate(s, ctx, 2.0, integ)
+    n = traces()
+    for tf, a in ((2.0, 1.0), (3.0, 1.0), (1.5, 2.0)):  # a new horizon, a new parameter value: no retrace
+        r = js.simulate(s, ctx.with_numeric_parameter(0, jnp.array([a])), tf, integ)
+        np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), np.exp(-a * tf), rtol=1e-8)
+        assert float(r.context.get_time()) == tf
+    assert traces() == n
+    np.testing.assert_allclose(float(r0.context.get_continuous_state_vector()[0]), np.exp(-2.0), rtol=1e-8)
+    # save times of the same count are arguments too
+    js.simulate(s, ctx, 2.0, integ, save_at=jnp.array([0.5, 1.0]))
+    n = traces()
+    r = js.simulate(s, ctx, 2.0, integ, save_at=jnp.array([0.25, 1.5]))
+    assert traces() == n
+    np.testing.assert_allclose(np.asarray(r.ys)[:, 0], np.exp(-np.array([0.25, 1.5])), rtol=1e-8)
+
+
+def test_a_new_configuration_compiles_and_is_right():
+    s = Decay()
+    ctx = s.create_default_context()
+    js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6))
+    n = traces()
+    r = js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-9))
+    assert traces() == n + 1  # the accuracy is a static option of the integrator
+    np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), np.exp(-1.0), rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "integ",
+    [js.RungeKutta4Integrator(max_step_size=0.01), js.RungeKutta3Integrator(max_step_size=0.05, target_accuracy=1e-8)],
+    ids=["fixed", "ec"],
+)
+def test_cached_and_direct_runs_agree_with_events(integ):
+    s = Sampled()
+    ctx = s.create_default_context()
+    ts = jnp.array([0.3, 0.75, 1.0])
+    cached = js.simulate(s, ctx, 1.0, integ, save_at=ts)
+    cached_again = js.simulate(s, ctx, 1.0, integ, save_at=ts)
+    simulate_module._ENTRY_CACHE["enabled"] = False
+    try:
+        direct = js.simulate(s, ctx, 1.0, integ, save_at=ts)
+    finally:
+        simulate_module._ENTRY_CACHE["enabled"] = True
+    for r in (cached, cached_again):
+        np.testing.assert_array_equal(np.asarray(r.ys), np.asarray(direct.ys))
+        np.testing.assert_array_equal(
+            np.asarray(r.context.get_discrete_state(0)), np.asarray(direct.context.get_discrete_state(0))
+        )
+        assert int(r.simulator_stats.num_discrete_updates) == int(direct.simulator_stats.num_discrete_updates) == 10
+
+
+def test_a_new_simulator_on_the_same_diagram_does_not_retrace():
+    s = Decay()
+    integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-8)
+    sim = js.Simulator(s, s.create_default_context(), integ)
+    sim.advance_to(1.0)
+    n = simulator_module._ADVANCE_TRACES[0]
+    sim2 = js.Simulator(s, s.create_default_context().with_continuous_state(jnp.array([2.0])), integ)
+    sim2.advance_to(0.5)
+    sim2.advance_to(1.5)
+    assert simulator_module._ADVANCE_TRACES[0] == n
+    np.testing.assert_allclose(float(sim2.get_context().get_continuous_state_vector()[0]), 2 * np.exp(-1.5), rtol=1e-6)
+
+
+def test_runtime_errors_of_a_plain_call_are_clean():
+    import equinox as eqx
+
+    s = Decay()
+    with pytest.raises(eqx.EquinoxRuntimeError, match="maximum number of integrator step attempts"):
+        js.simulate(s, s.create_default_context(), 10.0, js.RungeKutta3Integrator(max_steps=3))
