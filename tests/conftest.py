@@ -14,6 +14,20 @@ import pytest
 DATA = pathlib.Path(__file__).parent / "data"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_code():
+    """Drop compiled code after each test module: the suite compiles thousands of programs, and
+    keeping them all (JAX's caches and jaxsys's entry-point caches) grows memory without bound."""
+    yield
+    from jaxsys.analysis import batch, simulate, simulator
+
+    simulate._COMPILED.clear()
+    simulate._MODES.clear()
+    simulator._ADVANCE.clear()
+    batch._RUNNERS.clear()
+    jax.clear_caches()
+
+
 def load_drake(name: str) -> dict:
     """Reference data produced by Drake 1.51.1 (see tests/data/README.md)."""
     return json.loads((DATA / f"{name}.json").read_text())
