@@ -306,6 +306,37 @@ def test_progress_meter_reports_and_changes_nothing(integrator, capsys):
     np.testing.assert_allclose(g.get_continuous_state_vector(), g0.get_continuous_state_vector(), rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "integrator", [js.RungeKutta4Integrator(max_step_size=0.01), js.RungeKutta3Integrator(target_accuracy=1e-6)]
+)
+def test_progress_meter_under_vmap_draws_one_bar(integrator, monkeypatch):
+    # Before: one bar per member, refreshed every step (refresh_steps ignored under vmap)
+    import tqdm
+
+    made = []
+
+    class Counting(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+            self.refreshes = 0
+            super().__init__(*args, **kwargs)
+
+        def refresh(self, *args, **kwargs):
+            self.refreshes += 1
+            return super().refresh(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", Counting)
+    s, ctx = oscillator(0.1)
+    batch = js.stack_contexts([ctx.with_continuous_state(ctx.get_continuous_state_vector() * k) for k in range(1, 41)])
+    meter = js.TqdmProgressMeter(refresh_steps=50)
+    r = jax.vmap(lambda c: js.simulate(s, c, 2.0, integrator, progress_meter=meter))(batch)
+    jax.effects_barrier()
+    assert len(made) == 1  # one bar for the batch
+    steps = int(jnp.max(r.stats.num_step_attempts))
+    assert made[0].refreshes <= steps // 50 + 3  # every refresh_steps steps (+ the closing refresh)
+    assert float(made[0].n) == pytest.approx(2.0)
+
+
 def test_checkpointed_loop_gives_the_same_values_and_gradients():
     p = Pendulum()
     base = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])

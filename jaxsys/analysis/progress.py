@@ -2,8 +2,11 @@
 
 ``simulate(..., progress_meter=TqdmProgressMeter())`` shows a tqdm bar of simulated time; the
 default :class:`NoProgressMeter` adds nothing to the loop. The meter is updated every
-``refresh_steps`` steps through ``jax.debug.callback``, so it works under ``jit``, ``vmap`` (it
-shows the least advanced batch member) and ``grad`` (callbacks do not affect derivatives).
+``refresh_steps`` steps through ``jax.debug.callback``, so it works under ``jit``, ``vmap`` and
+``grad`` (callbacks do not affect derivatives). Under ``vmap`` (``batch_simulate`` included) the
+callbacks are not batched: a custom batching rule reduces the batch first (the least advanced
+member's time and step count), so a batch has one bar, refreshed every ``refresh_steps`` steps of its
+least advanced member, and compiles as one call whatever the batch size.
 
 Imports: nothing from jaxsys.
 """
@@ -16,10 +19,33 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
 _bars: dict[int, Any] = {}
+
+
+def _batch_reduced(fn: Any, reducers: tuple[Any, ...]) -> Any:
+    """``fn(*args)`` (side effects only) as a function whose batching rule reduces each batched
+    argument with its reducer (e.g. ``jnp.min``) and calls ``fn`` once, so that under ``vmap`` a host
+    callback runs once per step for the whole batch, not once per member. Arguments are cut from
+    differentiation (a progress display has no derivative)."""
+
+    @jax.custom_batching.custom_vmap
+    def call(*args: Any) -> Any:
+        fn(*args)
+        return jnp.zeros((), jnp.int32)
+
+    @call.def_vmap
+    def rule(axis_size: int, in_batched: Any, *args: Any) -> Any:
+        reduced = [r(a) if b else a for r, a, b in zip(reducers, args, in_batched)]
+        return call(*reduced), False
+
+    def wrapped(*args: Any) -> None:
+        call(*(jax.lax.stop_gradient(a) for a in args))
+
+    return wrapped
 _lock = threading.Lock()
 _ids = itertools.count()
 
@@ -65,7 +91,7 @@ class TqdmProgressMeter(AbstractProgressMeter):
                 _bars[key] = tqdm.tqdm(total=total, unit="s(sim)", bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} s")
                 _bars[key].t0 = float(np.min(t0_))
 
-        jax.debug.callback(_start, t0, t_final)
+        _batch_reduced(lambda a, b: jax.debug.callback(_start, a, b), (jnp.min, jnp.max))(t0, t_final)
         return key
 
     def update(self, token: Any, t: jax.Array, step: jax.Array) -> None:
@@ -76,11 +102,10 @@ class TqdmProgressMeter(AbstractProgressMeter):
                     bar.n = float(np.min(t_)) - bar.t0
                     bar.refresh()
 
-        jax.lax.cond(
-            step % self.refresh_steps == 0,
-            lambda: jax.debug.callback(_update, t),
-            lambda: None,
-        )
+        def throttled(t_: Any, step_: Any) -> None:
+            jax.lax.cond(step_ % self.refresh_steps == 0, lambda: jax.debug.callback(_update, t_), lambda: None)
+
+        _batch_reduced(throttled, (jnp.min, jnp.min))(t, step)
 
     def close(self, token: Any, t: jax.Array) -> None:
         def _close(t_: Any) -> None:
@@ -91,7 +116,7 @@ class TqdmProgressMeter(AbstractProgressMeter):
                     bar.refresh()
                     bar.close()
 
-        jax.debug.callback(_close, t)
+        _batch_reduced(lambda a: jax.debug.callback(_close, a), (jnp.min,))(t)
 
 
 __all__ = ["AbstractProgressMeter", "NoProgressMeter", "TqdmProgressMeter"]
