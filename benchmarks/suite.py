@@ -315,6 +315,29 @@ def case_batch(n):
     return f"S6 batch of {n} pendulums, RK4 h=1e-3, 10 s", rows
 
 
+def case_progress(n):
+    """Issue #22 item 5: a batch of n pendulums (RK4, 10 s) with the progress meter off and on (goal:
+    no cost off, < 5% on; one bar for the batch)."""
+    p, ctx = pendulum()
+    th = jax.random.uniform(jax.random.PRNGKey(0), (n,), minval=0.1, maxval=1.5)
+    batch = jax.vmap(lambda t: ctx.with_continuous_state(jnp.stack([t, 0.0])))(th)
+    integ = js.RungeKutta4Integrator(max_step_size=1e-3)
+    meter = js.TqdmProgressMeter(refresh_steps=1000)
+
+    def run(progress):
+        return jax.jit(
+            jax.vmap(
+                lambda c: js.simulate(p, c, 10.0, integ, progress_meter=progress).context.get_continuous_state_vector()
+            )
+        )
+
+    rows = [("progress meter off", *timeit(run(None), batch, repeats=3))]
+    rows.append(
+        ("TqdmProgressMeter(refresh_steps=1000), one bar (goal < 1.05x)", *timeit(run(meter), batch, repeats=3))
+    )
+    return f"S6 batch of {n} pendulums with a progress meter, RK4 h=1e-3, 10 s", rows
+
+
 def case_chain(n):
     t = time.perf_counter()
     b = js.DiagramBuilder()
@@ -638,6 +661,7 @@ def main() -> None:
         ("S6-1", lambda: case_batch(1)),
         ("S6-64", lambda: case_batch(64)),
         ("S6-1024", lambda: case_batch(1024)),
+        ("S6-progress", lambda: case_progress(1024)),
         ("S8-10", lambda: case_chain(10)),
         ("S8-100", lambda: case_chain(100)),
         ("S8-300", lambda: case_chain(300)),
