@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 
@@ -19,7 +20,9 @@ from .world import World
 class DiagramPhysics(EcsSystem):
     """An Update-phase system that advances ``plant`` for every entity with component
     ``state_component`` (the plant's continuous state vector), reading its input port from
-    ``input_component`` (if given), with ``substeps`` fixed steps of ``integrator`` per world step.
+    ``input_component`` (if given), with ``substeps`` fixed steps of ``integrator`` per world step
+    (every integrator works; an implicit method's step whose Newton iteration fails is retried with
+    half the step, as in fixed-step ``simulate``, never accepted unconverged).
 
     The plant's context (parameters, other fixed inputs) is ``context``, a field of this system, so it
     can be batched or differentiated with the world. While paused (dt = 0) the state does not change.
@@ -64,15 +67,74 @@ class DiagramPhysics(EcsSystem):
         h = info.dt / self.substeps
         t_start = info.sim_time - info.dt  # sim_time is the time reached after this step
 
+        plant, integrator = self.plant, self.integrator
+        if integrator.supports_error_estimation() and not integrator.get_fixed_step_mode():
+            # the bridge takes fixed sub-steps: no error estimate (implicit Euler keeps its own step)
+            integrator = integrator.with_options(fixed_step_mode=True)
+
         def advance(x: Any, *u: Any) -> Any:
             ctx = self.context
             if u:
-                ctx = self.plant.get_input_port(0).fix_value(ctx, u[0])
-            f = self.plant._derivative_function(ctx)
+                ctx = plant.get_input_port(0).fix_value(ctx, u[0])
+            f = plant._derivative_function(ctx)
+            cs = ctx.get_continuous_state()
+            # what every integrator may need besides f (semi-explicit Euler: the q/v split and N(q))
+            aux = {
+                "num_q": cs.num_q,
+                "num_v": cs.num_v,
+                "v_to_qdot": lambda t, xx, v: plant._map_raw(
+                    ctx.with_time(t).with_continuous_state(xx), v, "v_to_qdot"
+                ),
+                "rolled": False,
+            }
 
             def sub(k: int, x: Any) -> Any:
-                return self.integrator.attempt_step(f, t_start + k * h, x, h, {"rolled": False})[0]
+                t = t_start + k * h
+                if not integrator.can_fail():
+                    return integrator.attempt_step(f, t, x, h, aux)[0]
+                return _step_with_retries(plant, integrator, f, t, x, h, aux)
 
             return jax.lax.fori_loop(0, self.substeps, sub, jnp.asarray(x))
 
         return world.apply(names, advance, outputs=[self.state_component])
+
+
+_MAX_HALVINGS = 30
+
+
+def _step_with_retries(plant: System, integrator: IntegratorBase, f: Any, t: Any, x: Any, h: Any, aux: Any) -> Any:
+    """One world sub-step of an implicit method, covered by integrator steps as Drake's fixed-step
+    rule does: a step whose Newton iteration fails is retried with half the step, the next step is
+    again the whole remainder; never an unconverged step. More than 30 halvings is an error naming the
+    plant (a bounded loop, so worlds stay differentiable)."""
+    dtype = jnp.result_type(x)
+
+    def cond(c: Any) -> Any:
+        done, _, _, _, halvings = c
+        return ~done & (halvings <= _MAX_HALVINGS)
+
+    def body(c: Any) -> Any:
+        _, tt, xx, h_try, halvings = c
+        remaining = t_end - tt
+        hs = jnp.minimum(h_try, remaining)  # the whole remainder, unless a failure halved it
+        x_new, _, ok = integrator.attempt_step(f, tt, xx, hs, aux)[:3]
+        ok = ok & jnp.all(jnp.isfinite(x_new))
+        reaches = hs >= remaining
+        return (
+            ok & reaches,
+            jnp.where(ok, jnp.where(reaches, t_end, tt + hs), tt),
+            jnp.where(ok, x_new, xx),
+            jnp.where(ok, jnp.inf, 0.5 * hs),
+            halvings + (~ok).astype(jnp.int32),
+        )
+
+    t0 = jnp.asarray(t, dtype)
+    t_end = t0 + jnp.asarray(h, dtype)
+    init = (~(t_end > t0), t0, jnp.asarray(x), jnp.full((), jnp.inf, dtype), jnp.zeros((), jnp.int32))
+    done, _, x_end, _, _ = eqxi.while_loop(cond, body, init, max_steps=4 * _MAX_HALVINGS, kind="bounded")
+    return eqx.error_if(
+        x_end,
+        ~done & (h > 0),
+        f"DiagramPhysics: the implicit integrator's Newton iteration did not converge for System "
+        f"{plant.get_system_id_string()} even with the world step halved {_MAX_HALVINGS} times.",
+    )
