@@ -231,7 +231,9 @@ def fit_parameters(
         if history[-1] < tolerance:
             break
     fitted = {n: float(p.from_unconstrained(z[n])) for n, p in params.items()}
-    final = float(jax.jit(loss_of)(z))
+    # the loss at the fitted values: the compiled step evaluates it (its update is discarded), so no
+    # second program is compiled for it
+    final = float(step(z, opt_state)[2])
     return FitResult(
         fitted,
         set_parameters(contexts[0], params, fitted),
