@@ -46,6 +46,8 @@ def _batch_reduced(fn: Any, reducers: tuple[Any, ...]) -> Any:
         call(*(jax.lax.stop_gradient(a) for a in args))
 
     return wrapped
+
+
 _lock = threading.Lock()
 _ids = itertools.count()
 

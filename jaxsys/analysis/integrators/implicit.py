@@ -12,6 +12,7 @@ Imports: :mod:`.base` and :mod:`.newton` only.
 
 from __future__ import annotations
 
+import abc
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -65,9 +66,9 @@ class _ImplicitBase(IntegratorBase):
     def uses_newton_cache(self) -> bool:
         return True
 
+    @abc.abstractmethod
     def iteration_matrices(self, n: int) -> tuple[IterationMatrix, ...]:
         """The method's iteration matrices for a state of size ``n`` (their slots in the cache)."""
-        raise NotImplementedError
 
     def init_newton_cache(self, x: Array) -> NewtonCache:
         """An empty cache for states like ``x`` (the first step computes the Jacobian)."""
@@ -123,10 +124,11 @@ class _ImplicitBase(IntegratorBase):
             w[nq + nv :] = self.z_weight
         return scale / jnp.asarray(np.maximum(w, 1e-300), x.dtype)
 
+    @abc.abstractmethod
     def _step(
         self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache, scale: Array
     ) -> tuple[Array, Array, Array, NewtonCache, Array, Array]:
-        raise NotImplementedError
+        """One step from (t, x) with the Newton cache; ``scale``: the Newton update norm's scale."""
 
     def _solve(
         self, residual: Any, z0: Array, cache: NewtonCache, which: int, h: Array, jac: Any, scale: Array
