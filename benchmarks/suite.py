@@ -3,7 +3,7 @@ jaxsys, a hand-written pure-JAX loop of the same arithmetic (the floor), and Dif
 with ratios measured side by side in one process (medians of several runs).
 
     python benchmarks/suite.py            # default sizes
-    python benchmarks/suite.py --full     # adds the 8192-pendulum batch
+    python benchmarks/suite.py --full     # adds the 8192-pendulum batch and the 1000-class chain
     python benchmarks/suite.py --write    # also writes benchmarks/RESULTS.md
     python benchmarks/suite.py --only S2b,S8-300   # some cases
     python benchmarks/suite.py --only S3b          # the stiff table (needs scipy)
@@ -379,6 +379,98 @@ def case_chain(n):
     return f"S8 chain of {n} lags as {n} subsystems, Dopri5 1e-6", rows
 
 
+def _lag_class(i: int, distinct_code: bool) -> type:
+    """A first-order lag x' = (u - x) k as its own class. ``distinct_code``: its derivative is its own
+    code object (a different literal k = 1 + i 1e-9 per class), as in a diagram of genuinely different
+    blocks; otherwise a renamed subclass of one lag (same code, distinct classes)."""
+    if not distinct_code:
+        return type(f"Lag{i}", (js.FirstOrderLowPassFilter,), {})
+    src = f"""
+class Lag{i}(js.LeafSystem):
+    def __init__(self):
+        super().__init__()
+        self.declare_continuous_state(1)
+        self.declare_vector_input_port("u", 1)
+        self.declare_vector_output_port("y", 1, lambda c: c.get_continuous_state_vector(), direct_feedthrough=False)
+
+    def do_calc_time_derivatives(self, c):
+        return (self.get_input_port(0).eval(c) - c.get_continuous_state_vector()) * {1.0 + i * 1e-9!r}
+"""
+    ns = {"js": js}
+    exec(src, ns)  # noqa: S102 - a benchmark's generated classes
+    return ns[f"Lag{i}"]
+
+
+def _hetero_chain(n: int, distinct_code: bool) -> tuple[js.Diagram, float]:
+    blocks = [_lag_class(i, distinct_code)() if distinct_code else _lag_class(i, False)(1.0, 1) for i in range(n)]
+    t = time.perf_counter()
+    b = js.DiagramBuilder()
+    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i, blk in enumerate(blocks):
+        lag = b.add_named_system(f"lag{i}", blk)
+        b.connect(prev, lag.get_input_port(0))
+        prev = lag.get_output_port(0)
+    d = b.build()
+    return d, time.perf_counter() - t
+
+
+def case_hetero(n, grads=True, unrolled=True):
+    """S8h: the chain of S8 as n distinct classes (issue #22 item 2)."""
+    integ = js.RungeKutta5Integrator(max_step_size=1.0, target_accuracy=1e-6)
+    ks = [1.0 + i * 1e-9 for i in range(n)]
+
+    def run_of(system):
+        def final(c):
+            return js.simulate(system, c, 10.0, integ).context.get_continuous_state_vector()
+
+        return jax.jit(final), jax.jit(jax.grad(lambda c: jnp.sum(final(c) ** 2)))
+
+    class Vectorized(js.LeafSystem):
+        def __init__(self):
+            super().__init__("chain")
+            self.declare_continuous_state(n)
+
+        def do_calc_time_derivatives(self, context):
+            x = context.get_continuous_state_vector()
+            return (jnp.concatenate([jnp.ones(1), x[:-1]]) - x) * jnp.asarray(ks)
+
+    class Unrolled(js.LeafSystem):
+        def __init__(self):
+            super().__init__("chain")
+            self.declare_continuous_state(n)
+
+        def do_calc_time_derivatives(self, context):
+            xs = jnp.split(context.get_continuous_state_vector(), n)
+            us = [jnp.ones(1), *xs[:-1]]
+            return jnp.concatenate([(us[i] - xs[i]) * ks[i] for i in range(n)])
+
+    rows = []
+    vec = Vectorized()
+    fwd, grad = run_of(vec)
+    rows.append(
+        ("same dynamics as one vectorized function (the reference)", *timeit(fwd, vec.create_default_context()))
+    )
+    grad_rows = [("jax.grad, one vectorized function", *timeit(grad, vec.create_default_context(), repeats=3))]
+    for distinct_code, label in ((False, "same code"), (True, "distinct code")):
+        d, build_s = _hetero_chain(n, distinct_code)
+        fwd, grad = run_of(d)
+        ctx = d.create_default_context()
+        rows.append((f"jaxsys, {n} classes of {label} (build {build_s:.2f} s)", *timeit(fwd, ctx, repeats=15)))
+        if grads:
+            grad_rows.append((f"jax.grad, jaxsys, {n} classes of {label}", *timeit(grad, ctx, repeats=3)))
+    if unrolled:
+        un = Unrolled()
+        fwd, _ = run_of(un)
+        rows.append(
+            (f"same dynamics as one function of {n} distinct expressions", *timeit(fwd, un.create_default_context()))
+        )
+    title = (
+        f"S8h chain of {n} lags as {n} distinct classes, Dopri5 1e-6 (goals for {n} distinct leaves: compile < 5 s, "
+        "grad compile < 20 s, run <= 1.5x one function, build < 0.3 s for 300)"
+    )
+    return title, rows + (grad_rows if grads else [])
+
+
 def case_grad():
     p, ctx = pendulum()
     ts_idx = 100
@@ -665,9 +757,16 @@ def main() -> None:
         ("S8-10", lambda: case_chain(10)),
         ("S8-100", lambda: case_chain(100)),
         ("S8-300", lambda: case_chain(300)),
+        ("S8h-10", lambda: case_hetero(10)),
+        ("S8h-100", lambda: case_hetero(100)),
+        ("S8h-300", lambda: case_hetero(300)),
     ]
-    if args.full:
-        cases.append(("S6-8192", lambda: case_batch(8192)))
+    full_only = [
+        ("S6-8192", lambda: case_batch(8192)),
+        ("S8h-1000", lambda: case_hetero(1000, grads=False, unrolled=False)),
+    ]
+    only = args.only.split(",") if args.only else []
+    cases += [c for c in full_only if args.full or c[0] in only]
     if args.only:
         cases = [c for c in cases if c[0] in args.only.split(",")]
     lines = [

@@ -161,7 +161,9 @@ def test_builder_errors():
         b.add_system(p)
     src = js.ConstantVectorSource([1.0, 2.0], name="src")
     with pytest.raises(
-        js.DiagramBuildError, match=r"OutputPort\[0\] \(y0\) of System ::src .*not added to this DiagramBuilder"
+        js.DiagramBuildError,
+        match=r"OutputPort\[0\] \(y0\) of System ::src .*not added to this DiagramBuilder; add_system\(\) it "
+        r"first\. Systems added so far: pendulum \(Pendulum\)\.",
     ):
         b.connect(src.get_output_port(), p.get_input_port())
     b.add_system(src)
@@ -293,3 +295,67 @@ def test_graphviz_string_renders_with_dot(tmp_path):
         out = subprocess.run(["dot", "-Tsvg"], input=text.encode(), capture_output=True, check=False)
         assert out.returncode == 0, out.stderr.decode()
         assert b"<svg" in out.stdout
+
+
+def test_connecting_abstract_ports_of_different_value_types_is_an_error():
+    class IntSource(js.LeafSystem):
+        def __init__(self):
+            super().__init__("ints")
+            self.declare_abstract_output_port("y", jnp.zeros(3, jnp.int32), lambda c: jnp.zeros(3, jnp.int32))
+
+    class FloatSink(js.LeafSystem):
+        def __init__(self, model):
+            super().__init__("sink")
+            self.declare_abstract_input_port("u", model)
+
+    b = js.DiagramBuilder()
+    src = b.add_system(IntSource())
+    sink = b.add_system(FloatSink(jnp.zeros(3, jnp.float32)))
+    with pytest.raises(
+        js.DiagramBuildError,
+        match=r"mismatched value types while connecting OutputPort\[0\] \(y\) of System ::ints .*\['int'\].*"
+        r"InputPort\[0\] \(u\) of System ::sink .*\['float'\]",
+    ):
+        b.connect(src.get_output_port(0), sink.get_input_port(0))
+    # same kind, another width (int32 values, an int64 model; float32 vs float64 alike): accepted
+    b2 = js.DiagramBuilder()
+    s2 = b2.add_system(IntSource())
+    k2 = b2.add_system(FloatSink(np.zeros(3, np.int64)))
+    b2.connect(s2.get_output_port(0), k2.get_input_port(0))
+    assert b2.build().num_subsystems() == 2
+
+
+def test_my_context_from_root_in_nested_diagrams():
+    inner_b = js.DiagramBuilder()
+    p = inner_b.add_named_system("pend", Pendulum())
+    src = inner_b.add_named_system("tau", js.ConstantVectorSource([0.25]))
+    inner_b.connect(src.get_output_port(), p.get_input_port())
+    inner = inner_b.build("inner")
+    outer_b = js.DiagramBuilder()
+    outer_b.add_system(inner)
+    lag = outer_b.add_named_system("lag", js.FirstOrderLowPassFilter(2.0, 1))
+    outer_b.export_input(lag.get_input_port(), "u")
+    root = outer_b.build("root")
+    ctx = root.get_input_port("u").fix_value(root.create_default_context(), [1.0])
+
+    mine = p.get_my_context_from_root(ctx)
+    assert mine.system_id == p.get_system_id()
+    np.testing.assert_allclose(p.get_input_port().eval(mine), [0.25])  # the connected input's value
+    # one call to set the pendulum's state two levels down; nothing else changes
+    ctx2 = p.update_my_context_in_root(ctx, lambda c: c.with_continuous_state(jnp.array([0.5, -1.0])))
+    np.testing.assert_allclose(p.get_my_context_from_root(ctx2).get_continuous_state_vector(), [0.5, -1.0])
+    np.testing.assert_allclose(
+        lag.get_my_context_from_root(ctx2).get_continuous_state_vector(),
+        lag.get_my_context_from_root(ctx).get_continuous_state_vector(),
+    )
+    # the root's own derivative sees the new pendulum state: thetadot = w = -1
+    xdot = root.calc_time_derivatives(ctx2).x
+    np.testing.assert_allclose(root.get_subsystem_context(ctx2, p).get_continuous_state_vector(), [0.5, -1.0])
+    own = p.calc_time_derivatives(p.get_my_context_from_root(ctx2)).x  # [thetadot, wdot]
+    np.testing.assert_allclose(own[0], -1.0)
+    np.testing.assert_allclose(xdot[:2], own, rtol=1e-15)  # Drake's order: q of all, v of all, then z
+    # the root system itself: its own context
+    assert root.get_my_context_from_root(ctx) is ctx
+    # a context of another system is refused with both systems named
+    with pytest.raises(js.JaxsysError, match="pend|root"):
+        p.get_my_context_from_root(p.create_default_context())

@@ -54,8 +54,7 @@ class Probe(js.LeafSystem):
 
     def count_unrestricted(self, c, state):
         self.trace(c, "per_step_unrestricted_update")
-        d = state.discrete_state
-        return dataclasses.replace(state, discrete_state=d.with_vector(0, d.get_vector(0) + jnp.array([0.0, 1.0])))
+        return state.with_discrete_state(0, state.get_discrete_state(0) + jnp.array([0.0, 1.0]))
 
 
 def test_x1_dispatch_order_matches_drake(drake):
@@ -355,3 +354,80 @@ def test_log_vector_output_like_drake():
     assert log.data().shape == (2, 5)  # Drake's orientation: one column per sample
     steps = every_step.find_log(r)
     assert steps.num_samples() == int(r.stats.num_steps_taken) + 1  # initialization + each step
+
+
+class _Resetter(js.LeafSystem):
+    """x' = 1; every 0.5 s an unrestricted update resets x to 0, counts resets in a discrete group and
+    keeps the last reset time in an abstract state ({"t": scalar}): each through State.with_*."""
+
+    def __init__(self):
+        super().__init__("resetter")
+        self.declare_continuous_state(1)
+        self.declare_discrete_state(1)
+        self.declare_abstract_state({"t": jnp.zeros(())})
+        self.declare_periodic_unrestricted_update_event(0.5, 0.5, self.reset)
+
+    def do_calc_time_derivatives(self, c):
+        return jnp.ones(1)
+
+    def reset(self, c, state):
+        return (
+            state.with_continuous_state(jnp.zeros(1))
+            .with_discrete_state(0, state.get_discrete_state(0) + 1.0)
+            .with_abstract_state(0, {"t": c.get_time()})
+        )
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_state_with_methods_in_an_unrestricted_update(dtype):
+    sys = _Resetter()
+    r = js.simulate(sys, sys.create_default_context(dtype), 1.7, js.RungeKutta2Integrator(max_step_size=0.05))
+    c = r.context
+    # resets at 0.5, 1.0, 1.5: x = 1.7 - 1.5, three resets, the last at t = 1.5
+    np.testing.assert_allclose(c.get_continuous_state_vector(), [0.2], rtol=1e-5 if dtype == jnp.float32 else 1e-12)
+    np.testing.assert_allclose(c.get_discrete_state(0), [3.0])
+    np.testing.assert_allclose(c.get_abstract_state(0)["t"], 1.5, rtol=1e-6 if dtype == jnp.float32 else 1e-14)
+    assert c.get_continuous_state_vector().dtype == dtype
+
+
+def test_state_with_methods_name_the_system_on_bad_values():
+    sys = _Resetter()
+    state = sys.create_default_context().get_state()
+    with pytest.raises(js.StateError, match=r"resetter.*shape \(1,\).*shape \(2,\)"):
+        state.with_continuous_state(jnp.zeros(2))
+    with pytest.raises(js.StateError, match=r"group 3 .*resetter.*1 group"):
+        state.with_discrete_state(3, jnp.zeros(1))
+    with pytest.raises(js.StateError, match="resetter"):
+        state.with_abstract_state(0, {"t": jnp.zeros(()), "extra": 1.0})
+    with pytest.raises(js.StateError, match="complex"):
+        state.with_discrete_state(0, jnp.ones(1, jnp.complex64))
+
+
+class _OnlyDiscrete(js.LeafSystem):
+    """No continuous state: its derivative function must never be evaluated (it raises)."""
+
+    def __init__(self):
+        super().__init__("only_discrete")
+        self.declare_discrete_state(1)
+        self.declare_periodic_discrete_update_event(0.1, 0.0, lambda c, ds: c.get_discrete_state(0) + 1.0)
+
+    def do_calc_time_derivatives(self, c):
+        raise AssertionError("the derivative of a system without continuous state was evaluated")
+
+
+@pytest.mark.parametrize(
+    "integrator",
+    [
+        js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4),
+        js.RungeKutta4Integrator(max_step_size=0.1),
+        js.RadauIntegrator(max_step_size=0.1),
+    ],
+    ids=lambda i: type(i).__name__,
+)
+def test_no_continuous_state_never_evaluates_the_derivative(integrator):
+    sys = _OnlyDiscrete()
+    r = js.simulate(sys, sys.create_default_context(), 1.0, integrator)
+    np.testing.assert_allclose(r.context.get_discrete_state(0), [10.0])  # updates at 0, 0.1, ..., 0.9 (Drake)
+    sim = js.Simulator(sys, integrator=integrator)
+    sim.advance_to(1.0)
+    np.testing.assert_allclose(sim.get_context().get_discrete_state(0), [10.0])

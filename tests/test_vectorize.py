@@ -129,3 +129,157 @@ def test_chain_equal_with_and_without_grouping(n):
 
     x, _ = jax.lax.scan(step, jnp.zeros(n), None, length=300)
     np.testing.assert_allclose(r.context.get_continuous_state_vector(), x, rtol=1e-12, atol=1e-14)
+
+
+# ----- heterogeneous diagrams: classes with the same code group; distinct code is cut with one split
+
+
+def _distinct_lag_class(i):
+    """A lag class whose derivative is its own code object (x' = (u - x) * k_i, k_i a literal)."""
+    src = f"""
+class DLag{i}(js.LeafSystem):
+    def __init__(self):
+        super().__init__()
+        self.declare_continuous_state(1)
+        self.declare_vector_input_port("u", 1)
+        self.declare_vector_output_port("y", 1, lambda c: c.get_continuous_state_vector(), direct_feedthrough=False)
+
+    def do_calc_time_derivatives(self, c):
+        return (self.get_input_port(0).eval(c) - c.get_continuous_state_vector()) * {1.0 + 0.05 * i!r}
+"""
+    ns = {"js": js}
+    exec(src, ns)
+    return ns[f"DLag{i}"]
+
+
+class _Faster(js.FirstOrderLowPassFilter):
+    """Overrides the derivative: must never be evaluated with another class's code."""
+
+    def do_calc_time_derivatives(self, context):
+        return 2.0 * super().do_calc_time_derivatives(context)
+
+
+def _chain(blocks):
+    b = js.DiagramBuilder()
+    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i, blk in enumerate(blocks):
+        lag = b.add_named_system(f"lag{i}", blk)
+        b.connect(prev, lag.get_input_port(0))
+        prev = lag.get_output_port(0)
+    return b.build()
+
+
+def _rk4_chain(rates, t_final=3.0, h=0.01, dtype=jnp.float64):
+    rates = jnp.asarray(rates, dtype)
+
+    def f(x):
+        return (jnp.concatenate([jnp.ones(1, dtype), x[:-1]]) - x) * rates
+
+    def step(x, _):
+        k1 = f(x)
+        k2 = f(x + h / 2 * k1)
+        k3 = f(x + h / 2 * k2)
+        k4 = f(x + h * k3)
+        return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+    return jax.lax.scan(step, jnp.zeros(len(rates), dtype), None, length=round(t_final / h))[0]
+
+
+def test_classes_with_the_same_code_group_and_an_override_does_not():
+    renamed = [type(f"Renamed{i}", (js.FirstOrderLowPassFilter,), {})(1.0, 1) for i in range(6)]
+    blocks = renamed[:3] + [_Faster(1.0, 1) for _ in range(MIN_GROUP_SIZE)] + renamed[3:]
+    d = _chain(blocks)
+    leaves = [d._system_at(p) for p in d._flat().leaf_paths]
+    groups = sorted(sorted(type(leaves[i]).__name__ for i in g) for g in find_groups(leaves))
+    assert groups == sorted([["_Faster"] * MIN_GROUP_SIZE, sorted(f"Renamed{i}" for i in range(6))])
+    r = js.simulate(d, d.create_default_context(), 3.0, js.RungeKutta4Integrator(max_step_size=0.01))
+    rates = [1.0] * 3 + [2.0] * MIN_GROUP_SIZE + [1.0] * 3
+    np.testing.assert_allclose(r.context.get_continuous_state_vector(), _rk4_chain(rates), rtol=1e-12, atol=1e-14)
+
+
+def test_classes_made_from_closures_group_only_with_equal_captured_values():
+    def make(k):
+        def deriv(self, context):
+            return (self.get_input_port(0).eval(context) - context.get_continuous_state_vector()) * k
+
+        return type("Lag", (js.FirstOrderLowPassFilter,), {"do_calc_time_derivatives": deriv})
+
+    blocks = [make(1.0)(1.0, 1) for _ in range(4)] + [make(3.0)(1.0, 1) for _ in range(4)]
+    d = _chain(blocks)
+    leaves = [d._system_at(p) for p in d._flat().leaf_paths]
+    assert sorted(map(sorted, find_groups(leaves))) == [[1, 2, 3, 4], [5, 6, 7, 8]]  # (leaf 0: the source)
+    r = js.simulate(d, d.create_default_context(), 3.0, js.RungeKutta4Integrator(max_step_size=0.01))
+    np.testing.assert_allclose(
+        r.context.get_continuous_state_vector(), _rk4_chain([1.0] * 4 + [3.0] * 4), rtol=1e-12, atol=1e-14
+    )
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_distinct_code_chain_values_and_gradients(dtype):
+    """12 leaves of distinct code (no grouping): the state is cut with one split, whose transpose is one
+    concatenate; values against a hand-written RK4 and reverse mode against forward mode and central
+    differences of the same run."""
+    n = 12
+    d = _chain([_distinct_lag_class(i)() for i in range(n)])
+    assert find_groups([d._system_at(p) for p in d._flat().leaf_paths]) == []
+    rates = [1.0 + 0.05 * i for i in range(n)]
+    ctx0 = d.create_default_context(dtype)
+    integ = js.RungeKutta4Integrator(max_step_size=0.01)
+
+    def final(x0):
+        return js.simulate(d, ctx0.with_continuous_state(x0), 3.0, integ).context.get_continuous_state_vector()
+
+    x0 = jnp.zeros(n, dtype)
+    tol = dict(rtol=1e-12, atol=1e-14) if dtype == jnp.float64 else dict(rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(final(x0), _rk4_chain(rates, dtype=dtype), **tol)
+    w = jnp.linspace(1.0, 2.0, n, dtype=dtype)
+    g_rev = jax.grad(lambda x: jnp.dot(w, final(x)))(x0)
+    g_fwd = jax.jacfwd(final)(x0).T @ w
+    np.testing.assert_allclose(g_rev, g_fwd, **tol)
+    if dtype == jnp.float64:
+        e = 1e-6
+        fd = jnp.stack(
+            [(jnp.dot(w, final(x0.at[i].add(e))) - jnp.dot(w, final(x0.at[i].add(-e)))) / (2 * e) for i in range(n)]
+        )
+        np.testing.assert_allclose(g_rev, fd, rtol=1e-7, atol=1e-9)
+
+
+def test_many_small_loop_constants_are_packed_and_values_and_gradients_unchanged():
+    from jaxsys.analysis.loops import pack_arrays, while_fast_primal
+
+    arrays = [jnp.full((2,), float(i), jnp.float64) for i in range(10)] + [
+        jnp.arange(3, dtype=jnp.int32),
+        jnp.ones((5000,)),
+    ]
+    packed, unpack = pack_arrays(arrays)
+    assert len(packed) == 3  # the big array, one float64 vector, one int32 vector
+    for a, b in zip(arrays, unpack(packed)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+
+    def run(ks):
+        # closes over 10 small traced arrays: the loop carries them packed
+        rates = [ks[i] * jnp.ones(1) for i in range(10)]
+
+        def body(c):
+            i, x = c
+            return i + 1, x + 0.01 * sum(r * x for r in rates)
+
+        return while_fast_primal(lambda c: c[0] < 50, body, (0, jnp.ones(1)), max_steps=64)[1][0]
+
+    ks = jnp.linspace(0.1, 1.0, 10)
+    expected = (1 + 0.01 * jnp.sum(ks)) ** 50
+    np.testing.assert_allclose(run(ks), expected, rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(run)(ks), 50 * 0.01 * (1 + 0.01 * jnp.sum(ks)) ** 49 * jnp.ones(10), rtol=1e-12)
+
+
+def test_private_methods_are_plain_and_public_ones_stay_pytrees():
+    import types
+
+    d = _chain([js.FirstOrderLowPassFilter(1.0, 1) for _ in range(2)])
+    assert isinstance(d._flat, types.MethodType)  # internals: no equinox BoundMethod (O(size) to make)
+    assert not isinstance(d.calc_time_derivatives, types.MethodType)  # equinox's pytree bound method
+    ctx = d.create_default_context().with_continuous_state(jnp.array([0.5, 0.25]))
+    np.testing.assert_allclose(
+        eqx.filter_jit(d.calc_time_derivatives)(ctx).x, d.calc_time_derivatives(ctx).x, rtol=1e-15
+    )

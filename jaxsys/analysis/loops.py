@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import equinox.internal as eqxi
 import jax
+import jax.numpy as jnp
 from jax._src.ad_util import stop_gradient_p
 from jax.interpreters import ad
 
@@ -78,8 +79,8 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
     same body, so values are identical. Closed-over arrays become explicit arguments
     (``jax.closure_convert``) so that derivatives with respect to them are seen.
     """
-    body_c, body_consts = jax.closure_convert(body, init)
-    cond_c, cond_consts = jax.closure_convert(cond, init)
+    body_c, body_consts = packed_closure(body, init)
+    cond_c, cond_consts = packed_closure(cond, init)
 
     def bounded(c0: Any, bc: Any, cc: Any) -> Any:
         return eqxi.while_loop(
@@ -99,6 +100,65 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
 
 
 WhileLoop = Callable[..., Any]
+
+# loop invariants smaller than this (elements) are packed into one vector per dtype
+_PACK_MAX_SIZE = 4096
+_PACK_MIN_COUNT = 8
+
+
+def pack_arrays(arrays: list[Array]) -> tuple[list[Array], Callable[[list[Array]], list[Array]]]:
+    """Pack many small arrays into one flat vector per dtype; returns (packed, unpack).
+
+    A loop body that closes over hundreds of small arrays (the per-leaf parameters of a diagram of
+    distinct leaves) makes every one of them an element of the loop's carried tuple, and XLA's CPU
+    runtime pays per element and per iteration. Packed, the loop carries a few vectors and the body
+    takes static slices of them (which fuse into their users). Arrays with more than
+    ``_PACK_MAX_SIZE`` elements, and lists of fewer than ``_PACK_MIN_COUNT`` small arrays, are kept.
+    """
+    # (weak-typed constants are kept as they are: a slice of a packed vector would not be weak)
+    small = [i for i, a in enumerate(arrays) if a.size <= _PACK_MAX_SIZE and not getattr(a, "weak_type", False)]
+    if len(small) < _PACK_MIN_COUNT:
+        return list(arrays), list
+    by_dtype: dict[Any, list[int]] = {}
+    for i in small:
+        by_dtype.setdefault(jnp.result_type(arrays[i]), []).append(i)
+    keep = [i for i in range(len(arrays)) if i not in set(small)]
+    packed = [arrays[i] for i in keep]
+    where: dict[int, tuple[int, int, int]] = {}  # index -> (packed vector, offset, size)
+    for dt, idx in by_dtype.items():
+        k = len(packed)
+        off = 0
+        for i in idx:
+            where[i] = (k, off, arrays[i].size)
+            off += arrays[i].size
+        packed.append(jnp.concatenate([jnp.ravel(arrays[i]).astype(dt) for i in idx]))
+    shapes = [a.shape for a in arrays]
+    kept_at = {i: j for j, i in enumerate(keep)}
+
+    def unpack(vectors: list[Array]) -> list[Array]:
+        out = []
+        for i, shape in enumerate(shapes):
+            if i in kept_at:
+                out.append(vectors[kept_at[i]])
+            else:
+                k, off, n = where[i]
+                out.append(jax.lax.slice(vectors[k], (off,), (off + n,)).reshape(shape))
+        return out
+
+    return packed, unpack
+
+
+def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
+    """``jax.closure_convert`` with the hoisted constants packed by :func:`pack_arrays`:
+    ``fn_c(*args, *consts)`` equals ``fn(*args)``."""
+    fn_c, consts = jax.closure_convert(fn, *example)
+    packed, unpack = pack_arrays(list(consts))
+    n = len(packed)
+
+    def fn_p(*args: Any) -> Any:
+        return fn_c(*args[: len(args) - n], *unpack(list(args[len(args) - n :])))
+
+    return fn_p, packed
 
 
 def make_while_loop(loop: str, checkpoints: int | None) -> WhileLoop:

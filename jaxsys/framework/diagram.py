@@ -245,6 +245,23 @@ class Diagram(System):
             self._spec.state_positions = out
         return self._spec.state_positions
 
+    def _state_blocks(self) -> tuple[tuple[int, ...], dict[int, list[int]]]:
+        """The continuous state vector cut into blocks: every leaf's q, then every leaf's v, then every
+        leaf's z (nonempty ones, in order): (block sizes, leaf -> indices of its q, v, z blocks)."""
+        if getattr(self._spec, "state_blocks", None) is None:
+            flat = self._flat()
+            leaves = [self._system_at(p) for p in flat.leaf_paths]
+            sizes: list[int] = []
+            blocks: dict[int, list[int]] = {li: [] for li in range(len(leaves))}
+            for part in ("num_q", "num_v", "num_z"):
+                for li, lf in enumerate(leaves):
+                    n = getattr(lf._spec, part)
+                    if n:
+                        blocks[li].append(len(sizes))
+                        sizes.append(n)
+            self._spec.state_blocks = (tuple(sizes), blocks)
+        return self._spec.state_blocks
+
     def _derivative_function(self, context: Context) -> Callable[[jax.Array, jax.Array], jax.Array]:
         prepared = self._evaluator(context).stacked_group_contexts()
 

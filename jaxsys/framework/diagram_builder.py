@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from .diagram import Diagram
 from .errors import DiagramBuildError
-from .ports import ABSTRACT, InputPort, OutputPort, abstract_signature
+from .ports import ABSTRACT, InputPort, OutputPort, abstract_signature, abstract_value_kinds
 from .system import System
 
 
@@ -27,6 +27,7 @@ class DiagramBuilder:
     def __init__(self) -> None:
         self.systems: list[System] = []
         self._index: dict[int, int] = {}  # system id -> position
+        self._by_name: dict[str, int] = {}  # name -> position (names are frozen once added)
         self.connections: dict[tuple[int, int], tuple[int, int]] = {}
         self.exported_inputs: list[tuple[str, list[tuple[int, int]]]] = []
         self.exported_outputs: list[tuple[str, tuple[int, int]]] = []
@@ -70,6 +71,7 @@ class DiagramBuilder:
             )
         spec.in_builder = self
         self._index[system.get_system_id()] = len(self.systems)
+        self._by_name[spec.name] = len(self.systems)
         self.systems.append(system)
         return system
 
@@ -80,13 +82,12 @@ class DiagramBuilder:
 
     def has_system(self, name: str) -> bool:
         """True if a system named ``name`` was added (Drake: ``HasSubsystemNamed``)."""
-        return any(s.get_name() == name for s in self.systems)
+        return name in self._by_name
 
     def get_system(self, name: str) -> System:
         """The system named ``name`` (Drake: ``GetSubsystemByName``)."""
-        for s in self.systems:
-            if s.get_name() == name:
-                return s
+        if name in self._by_name:
+            return self.systems[self._by_name[name]]
         raise DiagramBuildError(f"DiagramBuilder has no system named {name!r}.")
 
     get_subsystem_by_name = get_system
@@ -110,9 +111,17 @@ class DiagramBuilder:
         if pos is None or self.systems[pos] is not system:
             raise DiagramBuildError(
                 f"DiagramBuilder.{what}: {port.get_full_description()} belongs to a System that was "
-                f"not added to this DiagramBuilder; add_system() it first."
+                f"not added to this DiagramBuilder; add_system() it first. {self._added_summary()}"
             )
         return pos, port.get_index()
+
+    def _added_summary(self, limit: int = 20) -> str:
+        """'Systems added so far: a (Adder), b (Gain), ...' (at most ``limit`` named)."""
+        if not self.systems:
+            return "No system has been added yet."
+        names = [f"{s._spec.name} ({type(s).__name__})" for s in self.systems[:limit]]
+        more = f", ... ({len(self.systems) - limit} more)" if len(self.systems) > limit else ""
+        return f"Systems added so far: {', '.join(names)}{more}."
 
     def _describe_in_builder(self, port: Any) -> str:
         return port.get_full_description()
@@ -140,6 +149,14 @@ class DiagramBuilder:
                     f"DiagramBuilder.{what}: mismatched abstract types while connecting "
                     f"{src.get_full_description()} ({src.describe_type()}) to "
                     f"{dst.get_full_description()} ({dst.describe_type()})."
+                )
+            kinds_src, kinds_dst = abstract_value_kinds(src.get_model()), abstract_value_kinds(dst.get_model())
+            if kinds_src != kinds_dst:
+                raise DiagramBuildError(
+                    f"DiagramBuilder.{what}: mismatched value types while connecting "
+                    f"{src.get_full_description()} (leaf types {list(kinds_src)}) to "
+                    f"{dst.get_full_description()} (leaf types {list(kinds_dst)}); Drake: 'Mismatched value types'. "
+                    f"Declare both ports with models of the same dtypes (or convert in a block between them)."
                 )
         elif src.size() != dst.size():
             raise DiagramBuildError(

@@ -494,6 +494,8 @@ class LeafSystem(LeafEvents):
     def _calc_time_derivatives_raw(self, context: Context) -> jax.Array:
         spec = self._spec
         n = spec.num_q + spec.num_v + spec.num_z
+        if n == 0:  # no continuous state: the derivative function is never evaluated
+            return jnp.zeros((0,), context.time.dtype)
         xdot = self.do_calc_time_derivatives(context)
         if isinstance(xdot, ContinuousState):
             xdot = xdot.x
@@ -511,7 +513,7 @@ class LeafSystem(LeafEvents):
                 f"the real and imaginary parts as separate states)."
             )
         x = context.get_continuous_state_vector()
-        return xdot.astype(x.dtype) if n else xdot.astype(context.time.dtype)
+        return xdot.astype(x.dtype)
 
     def _calc_energy_raw(self, context: Context, which: str) -> jax.Array:
         fn = {

@@ -136,6 +136,22 @@ class _Port:
         return value
 
 
+_KINDS = {"b": "bool", "i": "int", "u": "int", "f": "float", "c": "complex"}
+
+
+def abstract_value_kinds(model: Any) -> tuple[str, ...]:
+    """The value type of each leaf of an abstract value: bool, int, float, complex, or the Python type
+    name of a non-numeric leaf. Float widths are not compared (a model declared in float32 carries
+    float64 values in an x64 context)."""
+    out = []
+    for x in jax.tree_util.tree_leaves(model):
+        try:
+            out.append(_KINDS.get(np.result_type(x).kind, str(np.result_type(x))))
+        except TypeError:
+            out.append(type(x).__name__)
+    return tuple(out)
+
+
 def _brief(value: Any) -> str:
     leaves, treedef = jax.tree_util.tree_flatten(value)
     shapes = [tuple(np.shape(x)) for x in leaves]

@@ -65,6 +65,16 @@ class System(SystemEvents, SystemConstraints):
     def __init__(self, name: str = "") -> None:
         self._spec = _SystemSpec(self, name)
 
+    def __getattribute__(self, name: str, /) -> Any:
+        # equinox wraps every bound method it hands out in a ``BoundMethod`` module, whose
+        # construction flattens ``self``: for a Diagram of N subsystems every method access costs
+        # O(N), and building or tracing a diagram accesses its methods O(N) times. Private
+        # (single-underscore) names are the framework's internals: they get plain bound methods.
+        # Public methods keep equinox's behaviour (``jax.jit(system.method)`` works).
+        if name[:1] == "_" and name[:2] != "__":
+            return object.__getattribute__(self, name)
+        return super().__getattribute__(name)
+
     # ===== names, ids, paths ===================================================================
     def get_name(self) -> str:
         """The system's name ('' if none was given) (Drake: ``get_name``)."""
@@ -89,6 +99,42 @@ class System(SystemEvents, SystemConstraints):
     def get_parent(self) -> Any:
         """The Diagram that contains this system, or None (Drake: ``get_parent_service``)."""
         return self._spec.parent
+
+    def _root_system(self) -> System:
+        s: Any = self
+        while s._spec.parent is not None:
+            s = s._spec.parent
+        return s
+
+    def get_my_context_from_root(self, root_context: Context) -> Context:
+        """This system's context inside ``root_context``, the context of the outermost Diagram that
+        contains it (or of this system itself, if it is the root). Drake: ``GetMyContextFromRoot``.
+
+        Contexts are values: change the returned context and put it back with
+        :meth:`set_my_context_in_root` (or do both with :meth:`update_my_context_in_root`). Connected
+        input ports hold their values at ``root_context`` (snapshots).
+        """
+        root = self._root_system()
+        if root is self:
+            self.validate_context(root_context)
+            return root_context
+        return root.get_subsystem_context(root_context, self)  # type: ignore[attr-defined]
+
+    def set_my_context_in_root(self, root_context: Context, my_context: Context) -> Context:
+        """A copy of ``root_context`` with this system's context replaced by ``my_context`` (the
+        functional form of Drake's ``GetMyMutableContextFromRoot``; the root's time is kept)."""
+        root = self._root_system()
+        if root is self:
+            self.validate_context(my_context)
+            return my_context
+        return root.set_subsystem_context(root_context, self, my_context)  # type: ignore[attr-defined]
+
+    def update_my_context_in_root(self, root_context: Context, fn: Callable[[Context], Context]) -> Context:
+        """``set_my_context_in_root(root_context, fn(get_my_context_from_root(root_context)))``: change
+        this system's part of a root context in one call, e.g.
+        ``ctx = plant.update_my_context_in_root(ctx, lambda c: c.with_continuous_state(x0))``
+        (pydrake: ``plant.GetMyMutableContextFromRoot(ctx).SetContinuousState(x0)``)."""
+        return self.set_my_context_in_root(root_context, fn(self.get_my_context_from_root(root_context)))
 
     def get_path(self) -> str:
         """The full path in the tree of systems, e.g. ``::diagram::plant`` (Drake: ``GetPath``).

@@ -242,6 +242,34 @@ class State:
             return self.abstract_state
         return self.abstract_state.get_value(index)
 
+    def with_continuous_state(self, x: Any) -> State:
+        """A copy with continuous state ``x``: a vector of the same size, or a ContinuousState
+        (Drake: ``get_mutable_continuous_state().SetFromVector(x)``). Handlers that return a State
+        (unrestricted updates) build theirs with this and the two methods below."""
+        if isinstance(x, ContinuousState):
+            x = x.x
+        return dataclasses.replace(self, continuous_state=self.continuous_state.with_vector(x))
+
+    def with_discrete_state(self, index: Any, value: Any = None) -> State:
+        """A copy with discrete group ``index`` set to ``value`` (same size), or with every group from
+        a DiscreteValues given as ``index`` (Drake: ``get_mutable_discrete_state(index).SetFromVector``)."""
+        if isinstance(index, DiscreteValues):
+            if index.num_groups() != self.discrete_state.num_groups():
+                raise StateError(
+                    f"System {describe_system_id(self.system_id)} has {self.discrete_state.num_groups()} "
+                    f"discrete state group(s); the DiscreteValues given has {index.num_groups()}."
+                )
+            dv = self.discrete_state
+            for k, v in enumerate(index.groups):
+                dv = dv.with_vector(k, v)
+            return dataclasses.replace(self, discrete_state=dv)
+        return dataclasses.replace(self, discrete_state=self.discrete_state.with_vector(index, value))
+
+    def with_abstract_state(self, index: int, value: Any) -> State:
+        """A copy with abstract state ``index`` replaced (same pytree structure and shapes;
+        Drake: ``get_mutable_abstract_state<T>(index) = value``)."""
+        return dataclasses.replace(self, abstract_state=self.abstract_state.with_value(index, value))
+
 
 @_pytree_dataclass
 class Parameters:

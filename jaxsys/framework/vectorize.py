@@ -3,8 +3,9 @@
 A diagram built from many copies of one block (a chain of lags, a bank of filters, N pendulums)
 would otherwise be traced and compiled leaf by leaf: compile time and run time grow with N, and XLA
 runs hundreds of tiny kernels per evaluation. Here, leaves that are structurally identical (same
-class, same static configuration, same state/parameter/port layout, same calc functions) form a
-*group*; the group's outputs that have no direct feedthrough and its time derivatives are computed
+code: one class, or classes whose attributes are the same functions and values, see
+:func:`class_signature`; same static configuration, same state/parameter/port layout, same calc
+functions) form a *group*; the group's outputs that have no direct feedthrough and its time derivatives are computed
 by one ``jax.vmap`` over the members' stacked contexts. Inputs of a group are gathered from a "bus":
 the concatenation of every source array feeding that input, indexed by a static index vector.
 Nothing changes semantically: the same leaf code runs on the same values.
@@ -46,10 +47,73 @@ def _callable_sig(fn: Any) -> Any:
         cells = ()
         if fn.__closure__:
             cells = tuple(_value_sig(c.cell_contents) for c in fn.__closure__)
-        if any(c[0] == "id" for c in cells):
+        defaults = tuple(_value_sig(v) for v in (fn.__defaults__ or ()))
+        kwdefaults = tuple((k, _value_sig(v)) for k, v in sorted((fn.__kwdefaults__ or {}).items()))
+        if any(c[0] == "id" for c in cells + defaults + tuple(v for _, v in kwdefaults)):
             return ("id", id(fn))
-        return ("function", fn.__code__, cells)
+        return ("function", fn.__code__, cells, defaults, kwdefaults, id(fn.__globals__))
     return ("id", id(fn))
+
+
+_CLASS_SIGS: dict[type, Any] = {}
+
+
+def _attribute_sig(value: Any) -> Any:
+    if isinstance(value, (staticmethod, classmethod)):
+        return (type(value).__name__, _callable_sig(value.__func__))
+    if isinstance(value, property):
+        return ("property", _callable_sig(value.fget), _callable_sig(value.fset), _callable_sig(value.fdel))
+    if isinstance(value, types.FunctionType):
+        return _callable_sig(value)
+    return _value_sig(value)
+
+
+_ATTRIBUTE_SIGS: dict[int, tuple[Any, Any]] = {}  # id(attribute) -> (attribute, signature or None)
+
+
+def _cached_attribute_sig(value: Any) -> Any:
+    """:func:`_attribute_sig`, or None where it is identity-based; cached per attribute object
+    (classes share most attributes through their bases)."""
+    hit = _ATTRIBUTE_SIGS.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    sig = _attribute_sig(value)
+    if _has_id(sig):
+        sig = None
+    if isinstance(value, (types.FunctionType, staticmethod, classmethod, property)):
+        _ATTRIBUTE_SIGS[id(value)] = (value, sig)  # (holds the object: its id stays valid)
+    return sig
+
+
+def class_signature(cls: type) -> Any:
+    """What a leaf's class contributes to its code: every attribute its MRO defines (dunder names
+    and ``abc`` bookkeeping aside), looked up statically, as code + closure + defaults for functions
+    and as values for the rest. Distinct classes with the same code (subclasses that only rename,
+    classes made by a factory from the same functions) have equal signatures and so can be evaluated
+    together; anything not comparable falls back to the class itself (cached per class)."""
+    sig = _CLASS_SIGS.get(cls)
+    if sig is None:
+        found: dict[str, Any] = {}  # static lookup along the MRO (first definition wins)
+        for k in cls.__mro__:
+            if k is object:
+                continue
+            for n, v in vars(k).items():
+                if n not in found and not (n.startswith("__") and n.endswith("__")) and not n.startswith("_abc"):
+                    found[n] = v
+        items: list[Any] | None = []
+        for n in sorted(found):
+            a = _cached_attribute_sig(found[n])
+            if a is None:
+                items = None
+                break
+            items.append((n, a))
+        sig = ("class", cls) if items is None else ("code", tuple(items))
+        _CLASS_SIGS[cls] = sig
+    return sig
+
+
+def _has_id(sig: Any) -> bool:
+    return isinstance(sig, tuple) and bool(sig) and (sig[0] == "id" or any(_has_id(x) for x in sig[1:]))
 
 
 def leaf_signature(leaf: Any, include_feedthrough: bool = True) -> Any:
@@ -69,7 +133,7 @@ def leaf_signature(leaf: Any, include_feedthrough: bool = True) -> Any:
         for p in spec.output_ports
     )
     sig = (
-        type(leaf),
+        class_signature(type(leaf)),
         tuple(fields),
         (spec.num_q, spec.num_v, spec.num_z),
         tuple(d.shape for d in spec.discrete_defaults),
