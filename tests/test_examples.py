@@ -105,3 +105,10 @@ def test_large_diagram_and_sampling_example():
     assert dense == plain < stepped
     assert float(re.search(r"max difference of the samples (\S+)", text).group(1)) < 1e-6
     assert (ROOT / "examples" / "output" / "sampling.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_porting_from_pydrake_example_matches_the_exact_sampled_data_solution():
+    text = run_example("porting_from_pydrake.py")
+    assert float(re.search(r"max error (\S+)", text).group(1)) < 1e-8
+    g, fd = map(float, re.search(r"d\(final position\)/dkp (\S+) \(finite differences (\S+)\)", text).groups())
+    assert abs(g - fd) <= 1e-5 * abs(fd)
