@@ -539,3 +539,27 @@ def test_evaluation_loop_and_differentiated_loop_agree():
     ys_batch, n_batch = jax.vmap(run)(jnp.stack([x0, 2 * x0]))
     np.testing.assert_allclose(ys_batch[0], ys_plain, rtol=0, atol=1e-13)
     np.testing.assert_allclose(ys_batch[1], 2 * ys_plain, rtol=0, atol=1e-8)  # linear system
+
+
+def test_realtime_pacing_rate_and_statistics_reset():
+    """Pacing is checked from below only (a slow machine can only make the run slower): with a
+    target rate of 1, advancing 0.4 s of simulated time takes at least ~0.4 s of wall time."""
+    import time
+
+    from jaxsys.examples import Pendulum
+
+    p = Pendulum()
+    ctx = p.get_input_port().fix_value(p.create_default_context(), [0.0])
+    sim = js.Simulator(p, ctx, integrator=js.RungeKutta4Integrator(max_step_size=0.01))
+    assert sim.has_context()
+    sim.advance_to(0.1)  # compiles
+    assert sim.get_statistics()["num_steps_taken"] == 10
+    sim.reset_statistics()
+    assert sim.get_statistics() == {} and sim.get_num_steps_taken() == 0
+    sim.set_target_realtime_rate(1.0)
+    t0 = time.perf_counter()
+    sim.advance_to(0.5)
+    elapsed = time.perf_counter() - t0
+    assert elapsed >= 0.4 - 0.02  # paced to wall-clock time (slack for timer resolution)
+    assert 0.0 < sim.get_actual_realtime_rate() <= 1.05
+    assert sim.get_num_steps_taken() == 40  # counted since the reset

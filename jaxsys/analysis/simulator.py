@@ -210,6 +210,26 @@ class Simulator:
         """Drake: ``get_target_realtime_rate``."""
         return self._rate
 
+    def get_actual_realtime_rate(self) -> float:
+        """Simulated time advanced per second of wall-clock time since :meth:`initialize`,
+        :meth:`reset_statistics` or :meth:`set_target_realtime_rate` (Drake:
+        ``get_actual_realtime_rate``); 0 before any time has passed. Compilation of the first
+        ``advance_to`` counts as wall time, as any other delay does."""
+        wall = _time.perf_counter() - self._wall_start
+        sim = float(self._context.get_time()) - self._sim_start
+        return sim / wall if wall > 0 and sim > 0 else 0.0
+
+    def reset_statistics(self) -> None:
+        """Zero the accumulated statistics and restart the realtime-rate clock at the current times
+        (Drake: ``ResetStatistics``)."""
+        self._stats = {}
+        self._wall_start = _time.perf_counter()
+        self._sim_start = float(self._context.get_time())
+
+    def has_context(self) -> bool:
+        """Drake: ``has_context``: always True (a Simulator is made with, or makes, a context)."""
+        return self._context is not None
+
     def get_statistics(self) -> dict[str, float]:
         """Accumulated integrator statistics (counts summed over ``advance_to`` calls)."""
         return dict(self._stats)
