@@ -355,6 +355,24 @@ def test_log_vector_output_like_drake():
     steps = every_step.find_log(r)
     assert steps.num_samples() == int(r.stats.num_steps_taken) + 1  # initialization + each step
 
+    # the same in a Simulator advanced in three calls: its logs include the sample at the start time
+    # (Drake's Initialize publishes) and accumulate across advance_to calls
+    sim = js.Simulator(d, integrator=js.RungeKutta4Integrator(max_step_size=0.1))
+    for t_next in (0.3, 0.6, 1.0):
+        sim.advance_to(t_next)
+    whole, pieces = logger.find_log(r), logger.find_log(sim)
+    np.testing.assert_allclose(pieces.sample_times(), whole.sample_times(), atol=1e-12)
+    np.testing.assert_allclose(pieces.data(), whole.data(), rtol=1e-12, atol=1e-14)
+    # per step: the start, then the end of every step (which now also end at 0.3 and 0.6)
+    steps = every_step.find_log(sim)
+    t = steps.sample_times()
+    assert steps.num_samples() == sim.get_num_steps_taken() + 1 and t[0] == 0.0
+    assert np.all(np.diff(t) > 0) and np.isclose(t, 0.3).any() and np.isclose(t, 0.6).any() and t[-1] == 1.0
+    np.testing.assert_allclose(steps.data(), np.stack([t**2, 2 * t]), rtol=1e-12, atol=1e-14)
+    assert sim.get_publish_log(logger._spec.log_event).sample_times()[0] == 0.0
+    with pytest.raises(js.JaxsysError, match="no publish log for 'nope'"):
+        sim.get_publish_log("nope")
+
 
 class _Resetter(js.LeafSystem):
     """x' = 1; every 0.5 s an unrestricted update resets x to 0, counts resets in a discrete group and

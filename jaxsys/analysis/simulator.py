@@ -14,11 +14,12 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
-from .event_loop import EventProgram, advance_pending_events
+from .event_loop import EventProgram, PublishLog, advance_pending_events
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .results import (
     STATUS_MAX_STEPS as STATUS_MAX_STEPS,
@@ -75,6 +76,7 @@ class Simulator:
         self._last_result: SimulationResult | None = None
         self._init_publishes: Any = ()
         self._init_logs: Any = ()
+        self._log_parts: list[tuple[Any, ...]] = []  # publish logs of the start and of every advance_to
         self._wall_start = 0.0
         self._sim_start = 0.0
 
@@ -120,6 +122,7 @@ class Simulator:
             logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
             _, self._init_logs, _ = program.publishes(context, k0, jnp.array(True), logs0)
             self._context = context
+        self._log_parts = [tuple(self._init_logs)]
         self._initialized = True
         self._updates_at_start = True
         self._wall_start = _time.perf_counter()
@@ -142,6 +145,7 @@ class Simulator:
         fn = self._advance_fn(self._updates_at_start)
         result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype), self._pending)
         self._last_result = result
+        self._log_parts.append(tuple(result.publish_logs))
         self._pending = result.pending_witness_events
         self._context = result.context
         self._updates_at_start = True
@@ -169,6 +173,27 @@ class Simulator:
             self._updates_at_start = False
             self._pending = jnp.zeros_like(self._pending)
         return self._context
+
+    def get_publish_log(self, event: Any) -> PublishLog:
+        """The log of one per-step or periodic publish event (an Event, or its name) over the whole
+        simulation so far: the sample at the start time (taken by :meth:`initialize`, as Drake's
+        ``Initialize`` publishes) followed by every ``advance_to``'s samples. Concrete values
+        (``sample_times()``, ``data()``). Drake: the log a ``VectorLogSink`` keeps in the Simulator's
+        context (``FindLog(simulator.get_context())``); ``sink.find_log(simulator)`` reads this."""
+        parts = [log for logs in self._log_parts for log in logs if _is_log_of(log, event)]
+        if not parts:
+            names = sorted({log.name for logs in self._log_parts for log in logs})
+            raise JaxsysError(
+                f"Simulator.get_publish_log: no publish log for {event!r}; logs are kept for per-step and "
+                f"periodic publish events: {names}" + ("" if self._log_parts else " (nothing simulated yet)") + "."
+            )
+        times = np.concatenate([np.asarray(log.sample_times()) for log in parts])
+        values = jax.tree_util.tree_map(
+            lambda *vs: np.concatenate([np.asarray(v) for v in vs]), *[log.data() for log in parts]
+        )
+        return PublishLog(
+            jnp.asarray(times), values, jnp.asarray(len(times), jnp.int32), parts[0].name, parts[0].event_uid
+        )
 
     def get_last_result(self) -> SimulationResult | None:
         """The SimulationResult of the last ``advance_to`` (publish logs, statistics)."""
@@ -241,3 +266,7 @@ class Simulator:
     def get_system(self) -> System:
         """Drake: ``get_system``."""
         return self._system
+
+
+def _is_log_of(log: PublishLog, event: Any) -> bool:
+    return (log.name == event) if isinstance(event, str) else (log.event_uid == getattr(event, "uid", None))

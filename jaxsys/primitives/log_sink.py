@@ -51,7 +51,9 @@ class VectorLogSink(LeafSystem):
         return self.get_input_port(0).eval(context)
 
     def find_log(self, result: Any) -> VectorLog:
-        """The log of this sink in a (concrete, unbatched) simulation result (Drake: ``FindLog``)."""
+        """The log of this sink in a (concrete, unbatched) simulation result, or in a
+        :class:`~jaxsys.Simulator` (every sample since its start, across ``advance_to`` calls)
+        (Drake: ``FindLog``)."""
         log = result.get_publish_log(self._spec.log_event)
         return VectorLog(log.sample_times(), log.data())
 
