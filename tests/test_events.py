@@ -122,6 +122,9 @@ def test_x5_discrete_system_pending_updates(drake):
     np.testing.assert_array_equal(xs, expected)
     sim.advance_pending_events()
     assert float(sim.get_context().get_discrete_state(0)[0]) == d["after_AdvancePendingEvents"][1]
+    # Drake counts the update AdvancePendingEvents performs: 10 in the advances + 1
+    assert sim.get_statistics()["num_discrete_updates"] == d["simulator_stats"]["num_discrete_updates"]
+    assert sim.get_statistics()["num_unrestricted_updates"] == d["simulator_stats"]["num_unrestricted_updates"]
     sim.advance_to(1.2)  # the update at 1.0 is not repeated; 1.1 runs, 1.2 stays pending
     assert float(sim.get_context().get_discrete_state(0)[0]) == 0.5 * 1.9990234375 + 1
 

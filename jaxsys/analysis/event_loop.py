@@ -288,13 +288,17 @@ def _log_write(log: PublishLog, active: Array, t: Array, value: Any) -> PublishL
     return dataclasses.replace(log, times=times, values=values, count=log.count + active.astype(log.count.dtype))
 
 
-def advance_pending_events(system: System, context: Context, pending_witness_events: Any = None) -> Context:
+def advance_pending_events(
+    system: System, context: Context, pending_witness_events: Any = None, count_into: dict[str, Any] | None = None
+) -> Context:
     """Perform the updates due at the context's time: per-step and periodic unrestricted, then
     discrete updates, and those of the witnesses in ``pending_witness_events`` (a result's field of
     that name) (Drake's ``Simulator::AdvancePendingEvents``). No publishes, no integration.
 
     A simulation continued from the result must then pass ``updates_at_start=False`` (and no pending
     witness events) to :func:`~jaxsys.simulate` (the :class:`~jaxsys.Simulator` does this for you).
+    ``count_into``: a dict whose ``num_unrestricted_updates`` / ``num_discrete_updates`` are
+    incremented by the updates performed (concrete values only; the Simulator passes its statistics).
     """
     system.validate_context(context)
     program = EventProgram(system)
@@ -309,5 +313,8 @@ def advance_pending_events(system: System, context: Context, pending_witness_eve
             )
         flags = given
     k = program.init_counters(context.get_time(), True, True)
-    new, _, _, _ = program.updates(context, k, jnp.array(True), flags)
+    new, _, n_u, n_d = program.updates(context, k, jnp.array(True), flags)
+    if count_into is not None:  # (the Simulator's statistics: Drake counts these updates)
+        count_into["num_unrestricted_updates"] = count_into.get("num_unrestricted_updates", 0) + int(n_u)
+        count_into["num_discrete_updates"] = count_into.get("num_discrete_updates", 0) + int(n_d)
     return new

@@ -169,7 +169,7 @@ class Simulator:
         if not self._initialized:
             self.initialize()
         if self._updates_at_start:
-            self._context = advance_pending_events(self._system, self._context, self._pending)
+            self._context = advance_pending_events(self._system, self._context, self._pending, count_into=self._stats)
             self._updates_at_start = False
             self._pending = jnp.zeros_like(self._pending)
         return self._context
