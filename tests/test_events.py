@@ -452,3 +452,27 @@ def test_no_continuous_state_never_evaluates_the_derivative(integrator):
     sim = js.Simulator(sys, integrator=integrator)
     sim.advance_to(1.0)
     np.testing.assert_allclose(sim.get_context().get_discrete_state(0), [10.0])
+
+
+class _Counter(js.LeafSystem):
+    """A discrete counter incremented every 0.1 s from t = 0."""
+
+    def __init__(self):
+        super().__init__("counter")
+        self.declare_discrete_state(1)
+        self.declare_periodic_discrete_update_event(0.1, 0.0, lambda c, ds: c.get_discrete_state(0) + 1.0)
+
+
+def test_advance_to_the_current_time_performs_the_updates_due_now():
+    """Drake's AdvanceTo(t) starts its first step with the updates due at the current time, so
+    AdvanceTo(t0) sees the state after them; they are not repeated by the next AdvanceTo."""
+    sim = js.Simulator(_Counter(), integrator=js.RungeKutta4Integrator(max_step_size=0.05))
+    sim.advance_to(0.0)
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 1.0  # the update at 0
+    sim.advance_to(0.1)
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 1.0  # the update at 0.1 is pending
+    sim.advance_to(0.1)
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 2.0  # ... and performed by AdvanceTo(now)
+    sim.advance_to(0.25)
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 3.0  # 0.2 only (0.1 not repeated)
+    assert sim.get_statistics()["num_discrete_updates"] == 3

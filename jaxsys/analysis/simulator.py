@@ -133,7 +133,9 @@ class Simulator:
         """Advance the context to ``boundary_time`` (Drake: ``AdvanceTo``); returns the new context.
 
         Updates due exactly at ``boundary_time`` stay pending (performed by the next ``advance_to``
-        or by :meth:`advance_pending_events`); publishes due then are done.
+        or by :meth:`advance_pending_events`); publishes due then are done. ``advance_to`` the current
+        time performs the updates due now (``advance_to(t0)`` after creation sees the state after the
+        start time's updates, as Drake's ``AdvanceTo(t0)`` does).
         """
         if not self._initialized:
             self.initialize()
@@ -142,6 +144,10 @@ class Simulator:
             raise JaxsysError(
                 f"Simulator.advance_to({boundary_time}): the context is already at t={t}; time cannot go backwards."
             )
+        if boundary_time == t:
+            # Drake's AdvanceTo(now) performs the updates due now (its loop's first step starts with them)
+            # and integrates nothing; they are not repeated by the next advance_to
+            return self.advance_pending_events()
         fn = self._advance_fn(self._updates_at_start)
         result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype), self._pending)
         self._last_result = result
