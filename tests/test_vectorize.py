@@ -236,6 +236,11 @@ def test_distinct_code_chain_values_and_gradients(dtype):
     g_rev = jax.grad(lambda x: jnp.dot(w, final(x)))(x0)
     g_fwd = jax.jacfwd(final)(x0).T @ w
     np.testing.assert_allclose(g_rev, g_fwd, **tol)
+    # batched: vmap over initial states equals the runs one by one, and the gradient of the batch's sum
+    x0s = jnp.stack([x0, x0 + 0.5, x0 - 0.25])
+    np.testing.assert_allclose(jax.vmap(final)(x0s), jnp.stack([final(x) for x in x0s]), **tol)
+    g_batch = jax.grad(lambda xs: jnp.sum(jax.vmap(final)(xs) @ w))(x0s)
+    np.testing.assert_allclose(g_batch, jnp.stack([g_rev] * 3), **tol)  # linear dynamics: same gradient
     if dtype == jnp.float64:
         e = 1e-6
         fd = jnp.stack(

@@ -122,16 +122,17 @@ def pack_arrays(arrays: list[Array]) -> tuple[list[Array], Callable[[list[Array]
     by_dtype: dict[Any, list[int]] = {}
     for i in small:
         by_dtype.setdefault(jnp.result_type(arrays[i]), []).append(i)
-    keep = [i for i in range(len(arrays)) if i not in set(small)]
+    small_set = set(small)
+    keep = [i for i in range(len(arrays)) if i not in small_set]
     packed = [arrays[i] for i in keep]
     where: dict[int, tuple[int, int, int]] = {}  # index -> (packed vector, offset, size)
-    for dt, idx in by_dtype.items():
+    for idx in by_dtype.values():
         k = len(packed)
         off = 0
         for i in idx:
             where[i] = (k, off, arrays[i].size)
             off += arrays[i].size
-        packed.append(jnp.concatenate([jnp.ravel(arrays[i]).astype(dt) for i in idx]))
+        packed.append(jnp.concatenate([jnp.ravel(arrays[i]) for i in idx]))
     shapes = [a.shape for a in arrays]
     kept_at = {i: j for j, i in enumerate(keep)}
 
