@@ -58,6 +58,8 @@ from .analysis.simulator import (
     SimulationResult as SimulationResult,
     Simulator as Simulator,
     SimulatorStatistics as SimulatorStatistics,
+    SimulatorStatus as SimulatorStatus,
+    SimulatorStatusReason as SimulatorStatusReason,
     Status as Status,
     simulate as simulate,
 )
@@ -99,6 +101,7 @@ from .framework.errors import (
     StateError as StateError,
     SystemMismatchError as SystemMismatchError,
 )
+from .framework.event_status import EventStatus as EventStatus
 from .framework.events import (
     CompositeEventCollection as CompositeEventCollection,
     Event as Event,

@@ -29,8 +29,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..framework.context import Context, DiscreteValues
-from ..framework.dispatch import all_events, dispatch_discrete, dispatch_publish, dispatch_unrestricted
+from ..framework.dispatch import (
+    all_events,
+    dispatch_discrete_with_status,
+    dispatch_publish,
+    dispatch_publish_with_status,
+    dispatch_unrestricted_with_status,
+    leaf_next_time,
+    timed_leaves,
+)
 from ..framework.errors import JaxsysError
+from ..framework.event_status import DID_NOTHING, FAILED, REACHED_TERMINATION, SUCCEEDED, EventStatus, split_status
 from ..framework.events import (
     DISCRETE_UPDATE,
     PUBLISH,
@@ -91,8 +100,14 @@ def get_rest(context: Context) -> tuple[Any, Any]:
 class EventProgram:
     """The static event structure of a system, and the pure functions the loop calls."""
 
-    def __init__(self, system: System) -> None:
+    def __init__(self, system: System, monitor: Any = None) -> None:
         self.system = system
+        self.monitor = monitor
+        # (system path, message) of every status a handler may report, collected while tracing: the
+        # loop carries a status as (severity, index into this table)
+        self.reasons: list[tuple[str, str]] = []
+        self.stop_bound = DID_NOTHING  # the most severe status any traced handler may report
+        self.can_stop = True  # (until probe() finds that no handler can stop the run)
         evs = [e for _, e in all_events(system)]
         self.periodic = [e for e in evs if e.trigger is TriggerType.PERIODIC]
         self.by = {
@@ -101,14 +116,106 @@ class EventProgram:
             for kind in (PUBLISH, DISCRETE_UPDATE, UNRESTRICTED_UPDATE)
         }
         self.witnesses: list[Any] = []
+        self.conditional_witnesses = False
         self.witness_of: dict[int, int] = {}
+        # events a leaf schedules with do_calc_next_update_time (Drake's timed events), and the
+        # leaves that override it
+        self.timed = [e for e in evs if e.trigger is TriggerType.TIMED]
+        self.timed_leaves = timed_leaves(system)
         # the publish events that are logged during the loop
-        self.loop_publish = self.by[(TriggerType.PER_STEP, PUBLISH)] + self.by[(TriggerType.PERIODIC, PUBLISH)]
-        self.has_events = bool(evs)
+        self.loop_publish = (
+            self.by[(TriggerType.PER_STEP, PUBLISH)]
+            + self.by[(TriggerType.PERIODIC, PUBLISH)]
+            + [e for e in self.timed if e.kind == PUBLISH]
+        )
+        self.has_events = bool(evs) or monitor is not None or bool(self.timed_leaves)
+
+    # ----- statuses ------------------------------------------------------------------------------
+    def pack(self, status: EventStatus) -> Array:
+        """``status`` as the loop carries it: int32 ``[severity, index into self.reasons]`` (the
+        reasons registered here; the same reason traced twice gets the same index)."""
+        index = []
+        for r in status.reasons:
+            if r not in self.reasons:
+                self.reasons.append(r)
+            index.append(self.reasons.index(r))
+        self.stop_bound = max(self.stop_bound, status.bound)
+        if not index:
+            return jnp.stack([jnp.asarray(status.severity, jnp.int32), jnp.asarray(-1, jnp.int32)])
+        table = jnp.asarray(index, jnp.int32)
+        which = jnp.where(status.which >= 0, table[jnp.clip(status.which, 0, len(index) - 1)], -1)
+        return jnp.stack([jnp.asarray(status.severity, jnp.int32), which.astype(jnp.int32)])
+
+    def probe(self, context: Context, k: Array, logs: tuple[Any, ...]) -> None:
+        """Trace the loop's handlers once, abstractly (``jax.eval_shape``), to learn whether any of
+        them (or the monitor) may stop the run: if none can, the loop carries no status logic."""
+
+        def phases(ctx: Context, k: Array, logs: Any, flags: Array, gate: Array) -> None:
+            self.pack(self.updates(ctx, k, gate, flags)[4])
+            self.pack(self.publishes(ctx, k, gate, logs, flags)[3])
+
+        jax.eval_shape(phases, context, k, logs, self.no_witness_flags(), jnp.array(True))
+        self.can_stop = self.stop_bound >= REACHED_TERMINATION
+
+    def fold_in(self, packed: Array, status: EventStatus) -> Array:
+        """``packed`` with ``status`` folded in (first worst); unchanged when no handler can stop the
+        run (what the loop carries is then only the initialization's status)."""
+        if not self.can_stop:
+            return packed
+        return self.fold(packed, self.pack(status))
+
+    def is_stopped(self, packed: Array) -> Array | None:
+        """Whether the run stopped (None when no handler can stop it)."""
+        return self.stopped(packed) if self.can_stop else None
+
+    @staticmethod
+    def fold(packed: Array, later: Array) -> Array:
+        """First worst: ``later`` replaces ``packed`` only if more severe."""
+        return jnp.where(later[0] > packed[0], later, packed)
+
+    @staticmethod
+    def stopped(packed: Array) -> Array:
+        """The run stops: a status that reached termination or failed."""
+        return packed[0] >= REACHED_TERMINATION
+
+    def run_monitor(self, context: Context) -> EventStatus | None:
+        """The monitor's status at ``context`` (None without a monitor; succeeded if it returns None)."""
+        if self.monitor is None:
+            return None
+        value = self.monitor(context)
+        if value is None:
+            return EventStatus.succeeded()
+        _, status = split_status(value, PUBLISH)
+        if status is None:
+            raise JaxsysError(
+                f"simulate: the monitor must return None or a jaxsys.EventStatus (Drake's monitor returns an "
+                f"EventStatus); got {type(value).__name__}."
+            )
+        return status.with_default_system("monitor")
 
     def bind_witnesses(self, context: Context) -> None:
-        """Fix the witness functions (static for a simulation) from the start context."""
-        self.witnesses = self.system.get_witness_functions(context)
+        """Fix the witness functions (static for a simulation): every one the system's
+        ``do_get_witness_functions`` returns for a context whose values are unknown (traced), so the
+        list cannot depend on them; mode-dependent ones carry a condition (``active_if``)."""
+        box: dict[str, Any] = {}
+
+        def probe(c: Context) -> Any:
+            box["items"] = self.system._witness_items(c)
+            return None
+
+        try:
+            jax.eval_shape(probe, context)
+        except (jax.errors.TracerBoolConversionError, jax.errors.ConcretizationTypeError) as e:
+            raise JaxsysError(
+                f"do_get_witness_functions of a subsystem of System {self.system.get_system_id_string()} chooses "
+                f"its witnesses with Python control flow on a value of the context. The set of witnesses is fixed "
+                f"when the simulation is traced: return every witness, and a mode-dependent one as "
+                f"w.active_if(condition) (condition a jnp bool of the context); it is then monitored only in the "
+                f"steps that start with the condition true."
+            ) from e
+        items = box["items"]
+        self.witnesses = [w for w, _ in items]
+        self.conditional_witnesses = any(cond is not None for _, cond in items)
         self.witness_of = {id(w.event): j for j, w in enumerate(self.witnesses) if w.event is not None}
         self.loop_publish = self.loop_publish + [
             w.event for w in self.witnesses if w.event is not None and w.event.kind == PUBLISH
@@ -133,12 +240,49 @@ class EventProgram:
         """All witness values at ``context``, shape (number of witnesses,)."""
         return jnp.stack([self.system._evaluate_witness_raw(context, w) for w in self.witnesses])
 
+    def witness_activity(self, context: Context) -> Array | None:
+        """Per witness, whether it is active in ``context`` (None when none is mode-dependent)."""
+        if not self.conditional_witnesses:
+            return None
+        return self.system.witness_activity(context)[1]
+
+    def masked(self, active: Array | None) -> Any:
+        """This program with the witnesses not ``active`` silenced for a step (their values read as a
+        constant 1, which never triggers); itself when ``active`` is None."""
+        return self if active is None else _MaskedWitnesses(self, active)
+
     def triggered(self, w0: Array, w1: Array) -> Array:
         """Per witness: does going from w0 to w1 trigger it (its direction)?"""
         return jnp.stack([w.direction.triggered(w0[j], w1[j]) for j, w in enumerate(self.witnesses)])
 
     def no_witness_flags(self) -> Array:
-        return jnp.zeros((len(self.witnesses),), bool)
+        """All-false event flags: one per witness function, then one per timed event."""
+        return jnp.zeros((len(self.witnesses) + len(self.timed),), bool)
+
+    # ----- timed events (do_calc_next_update_time) ------------------------------------------------
+    def next_timed(self, context: Context) -> tuple[Array, Array] | None:
+        """The earliest time a leaf's ``do_calc_next_update_time`` asks for, and per timed event
+        whether it is scheduled then (None when no leaf overrides it)."""
+        if not self.timed_leaves:
+            return None
+        from ..framework.dispatch import event_leaves, leaf_contexts_with_inputs
+
+        t = context.get_time()
+        leaves = event_leaves(self.system)
+        ctxs = leaf_contexts_with_inputs(self.system, context)
+        times, asked = [], []
+        for li in self.timed_leaves:
+            leaf = leaves[li]
+            t_i, flags = leaf_next_time(leaf, ctxs[li], self.timed, t)
+            times.append(t_i)
+            asked.append(flags)
+        times_ = jnp.stack(times)
+        t_next = jnp.min(times_)
+        tol = _time_tolerance(t_next)
+        mask = jnp.zeros((len(self.timed),), bool)
+        for t_i, flags in zip(times, asked):
+            mask = mask | (flags & (t_i <= t_next + tol))
+        return t_next, mask
 
     def __bool__(self) -> bool:
         return self.has_events
@@ -170,14 +314,17 @@ class EventProgram:
         return self.next_times(k, t.dtype) <= t + _time_tolerance(t)
 
     def _mask(self, events: list[Event], due: Array, gate: Array, witness_flags: Array | None) -> Array:
-        """Activity of ``events``: periodic ones when due, witness ones when their witness
-        triggered, per-step ones always; all gated."""
+        """Activity of ``events``: periodic ones when due, witness and timed ones when their flag is
+        set (``witness_flags``: per witness, then per timed event), per-step ones always; all gated."""
         act = []
+        n_w = len(self.witnesses)
         for e in events:
             if e.trigger is TriggerType.PERIODIC:
                 act.append(due[self.periodic.index(e)] & gate)
             elif e.trigger is TriggerType.WITNESS:
                 act.append(witness_flags[self.witness_of[id(e)]] & gate)
+            elif e.trigger is TriggerType.TIMED:
+                act.append(witness_flags[n_w + _index_of(self.timed, e)] & gate)
             else:
                 act.append(jnp.asarray(gate))
         return jnp.stack(act) if act else jnp.zeros((0,), bool)
@@ -185,38 +332,45 @@ class EventProgram:
     # ----- the phases -------------------------------------------------------------------------
     def updates(
         self, context: Context, k: Array, gate: Array, witness_flags: Array | None = None
-    ) -> tuple[Context, Array, Array, Array]:
+    ) -> tuple[Context, Array, Array, Array, EventStatus]:
         """Start-of-step updates at the context's time (if ``gate``): unrestricted, then discrete;
         including the update events of witnesses that triggered at the end of the previous step.
 
-        Returns (new context, new counters, number of unrestricted, number of discrete updates)."""
+        Returns (new context, new counters, number of unrestricted, number of discrete updates, their
+        combined status). As Drake's: an update that did nothing or failed is neither applied nor
+        counted, and a failed unrestricted update skips the discrete updates."""
         if witness_flags is None:
             witness_flags = self.no_witness_flags()
         t = context.get_time()
         due = self.due(k, t)
         n_u = n_d = jnp.zeros((), jnp.int32)
+        status = EventStatus.did_nothing()
         u_events = (
             self.by[(TriggerType.PER_STEP, UNRESTRICTED_UPDATE)]
             + self.by[(TriggerType.PERIODIC, UNRESTRICTED_UPDATE)]
             + self._witness_events(UNRESTRICTED_UPDATE)
+            + [e for e in self.timed if e.kind == UNRESTRICTED_UPDATE]
         )
         if u_events:
             act = self._mask(u_events, due, gate, witness_flags)
-            state = dispatch_unrestricted(self.system, context, EventCollection(u_events, act))
+            state, status = dispatch_unrestricted_with_status(self.system, context, EventCollection(u_events, act))
             context = context.with_state(state)
-            n_u = jnp.any(act).astype(jnp.int32)
+            n_u = _applied(status)
         d_events = (
             self.by[(TriggerType.PER_STEP, DISCRETE_UPDATE)]
             + self.by[(TriggerType.PERIODIC, DISCRETE_UPDATE)]
             + self._witness_events(DISCRETE_UPDATE)
+            + [e for e in self.timed if e.kind == DISCRETE_UPDATE]
         )
         if d_events:
-            act = self._mask(d_events, due, gate, witness_flags)
-            values = dispatch_discrete(self.system, context, EventCollection(d_events, act))
+            d_gate = gate if status.bound < FAILED else gate & (status.severity != FAILED)
+            act = self._mask(d_events, due, d_gate, witness_flags)
+            values, d_status = dispatch_discrete_with_status(self.system, context, EventCollection(d_events, act))
             context = context.with_discrete_state(values)
-            n_d = jnp.any(act).astype(jnp.int32)
+            n_d = _applied(d_status)
+            status = status.keep_more_severe(d_status)
         k = self.advance(k, due, gate, kinds=(UNRESTRICTED_UPDATE, DISCRETE_UPDATE))
-        return context, k, n_u, n_d
+        return context, k, n_u, n_d, status
 
     def advance(self, k: Array, due: Array, gate: Array, kinds: tuple[str, ...]) -> Array:
         if not self.periodic:
@@ -226,34 +380,60 @@ class EventProgram:
 
     def publishes(
         self, context: Context, k: Array, gate: Array, logs: tuple[Any, ...], witness_flags: Array | None = None
-    ) -> tuple[Array, tuple[Any, ...], Array]:
+    ) -> tuple[Array, tuple[Any, ...], Array, EventStatus]:
         """End-of-step publishes at the context's time (if ``gate``), recorded into ``logs``;
-        including the publish events of witnesses that triggered in this step."""
-        if not self.loop_publish:
-            return k, logs, jnp.zeros((), jnp.int32)
-        if witness_flags is None:
-            witness_flags = self.no_witness_flags()
-        t = context.get_time()
-        due = self.due(k, t)
-        act = self._mask(self.loop_publish, due, gate, witness_flags)
-        values = dispatch_publish(self.system, context, EventCollection(self.loop_publish, act))
-        logs = tuple(_log_write(log, act[i], t, v) for i, (log, v) in enumerate(zip(logs, values)))
-        k = self.advance(k, due, gate, kinds=(PUBLISH,))
-        return k, logs, jnp.any(act).astype(jnp.int32)
+        including the publish events of witnesses that triggered in this step; then the monitor (if
+        ``gate``). Returns the counters, logs, whether anything published, and the combined status
+        (all publishes run even if one fails, as Drake's)."""
+        status = EventStatus.did_nothing()
+        n_p = jnp.zeros((), jnp.int32)
+        if self.loop_publish:
+            if witness_flags is None:
+                witness_flags = self.no_witness_flags()
+            t = context.get_time()
+            due = self.due(k, t)
+            act = self._mask(self.loop_publish, due, gate, witness_flags)
+            values, status = dispatch_publish_with_status(self.system, context, EventCollection(self.loop_publish, act))
+            logs = tuple(_log_write(log, act[i], t, v) for i, (log, v) in enumerate(zip(logs, values)))
+            k = self.advance(k, due, gate, kinds=(PUBLISH,))
+            n_p = _applied(status)
+        monitor = self.run_monitor(context)
+        if monitor is not None:
+            status = status.keep_more_severe(monitor.gated(gate))
+        return k, logs, n_p, status
 
-    def initialize(self, context: Context) -> tuple[Context, Any]:
+    def initialize(self, context: Context) -> tuple[Context, Any, EventStatus, Array]:
         """Initialization events: unrestricted, then discrete updates, then initialization publishes
-        (the per-step and periodic publishes due at the start are the caller's). Returns the new
-        context and the initialization publish values."""
+        (the per-step and periodic publishes due at the start, and the monitor, are the caller's).
+        Returns the new context, the initialization publish values, the combined status, and
+        ``[publishes, discrete updates, unrestricted updates]`` performed."""
+        status = EventStatus.did_nothing()
+        n_u = n_d = n_p = jnp.zeros((), jnp.int32)
         u = self.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]
         if u:
-            context = context.with_state(dispatch_unrestricted(self.system, context, EventCollection(u)))
+            state, status = dispatch_unrestricted_with_status(self.system, context, EventCollection(u))
+            context = context.with_state(state)
+            n_u = _applied(status)
         d = self.by[(TriggerType.INITIALIZATION, DISCRETE_UPDATE)]
         if d:
-            context = context.with_discrete_state(dispatch_discrete(self.system, context, EventCollection(d)))
+            active = None if status.bound < FAILED else jnp.full((len(d),), status.severity != FAILED)
+            values, d_status = dispatch_discrete_with_status(self.system, context, EventCollection(d, active))
+            context = context.with_discrete_state(values)
+            n_d = _applied(d_status)
+            status = status.keep_more_severe(d_status)
         p = self.by[(TriggerType.INITIALIZATION, PUBLISH)]
-        init_values = dispatch_publish(self.system, context, EventCollection(p)) if p else ()
-        return context, init_values
+        init_values: Any = ()
+        if p:
+            # (after a termination or failure of the updates Drake publishes nothing)
+            active = (
+                None
+                if status.bound < REACHED_TERMINATION
+                else jnp.full((len(p),), status.severity < REACHED_TERMINATION)
+            )
+            init_values, p_status = dispatch_publish_with_status(self.system, context, EventCollection(p, active))
+            n_p = _applied(p_status)
+            status = status.keep_more_severe(p_status)
+        return context, init_values, status, jnp.stack([n_p, n_d, n_u])
 
     # ----- logs -----------------------------------------------------------------------------
     def allocate_logs(self, context: Context, capacities: list[int]) -> tuple[Any, ...]:
@@ -277,6 +457,36 @@ class EventProgram:
             else:
                 out.append(default)
         return out
+
+
+def _index_of(events: list[Event], event: Event) -> int:
+    for i, e in enumerate(events):
+        if e is event:
+            return i
+    raise ValueError(event)
+
+
+class _MaskedWitnesses:
+    """An EventProgram whose inactive witnesses read as a constant 1 (see :meth:`EventProgram.masked`)."""
+
+    def __init__(self, program: EventProgram, active: Array) -> None:
+        self._program = program
+        self._active = active
+
+    def witness_values(self, context: Context) -> Array:
+        values = self._program.witness_values(context)
+        return jnp.where(self._active, values, jnp.ones_like(values))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._program, name)
+
+
+def _applied(status: EventStatus) -> Array:
+    """1 if a dispatch with this status counts (succeeded or reached termination), else 0 (Drake
+    counts neither an update that did nothing nor one that failed)."""
+    if status.bound == SUCCEEDED:
+        return (status.severity == SUCCEEDED).astype(jnp.int32)
+    return ((status.severity == SUCCEEDED) | (status.severity == REACHED_TERMINATION)).astype(jnp.int32)
 
 
 def _log_write(log: PublishLog, active: Array, t: Array, value: Any) -> PublishLog:
@@ -309,11 +519,17 @@ def advance_pending_events(
         if given.shape != flags.shape or given.dtype != bool:
             raise JaxsysError(
                 f"advance_pending_events: pending_witness_events must be a bool array of shape {flags.shape} (one "
-                f"per witness function of System {system.get_system_id_string()}); got {given.dtype}{given.shape}."
+                f"per witness function of System {system.get_system_id_string()}, then one per timed event); got "
+                f"{given.dtype}{given.shape}."
             )
         flags = given
     k = program.init_counters(context.get_time(), True, True)
-    new, _, n_u, n_d = program.updates(context, k, jnp.array(True), flags)
+    new, _, n_u, n_d, status = program.updates(context, k, jnp.array(True), flags)
+    if status.bound >= FAILED and bool(status.failed()):
+        raise JaxsysError(
+            f"advance_pending_events: an update event of System {status.system()} failed at t = "
+            f"{float(context.get_time())}: {status.message()}"
+        )
     if count_into is not None:  # (the Simulator's statistics: Drake counts these updates)
         count_into["num_unrestricted_updates"] = count_into.get("num_unrestricted_updates", 0) + int(n_u)
         count_into["num_discrete_updates"] = count_into.get("num_discrete_updates", 0) + int(n_d)

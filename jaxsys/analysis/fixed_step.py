@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..framework.context import Context
+from ..framework.event_status import FAILED
 from .event_loop import EventProgram, get_rest, set_rest
 from .loops import Run
 from .recording import record_buffer, write_row
-from .results import STATUS_NONFINITE, STATUS_OK, LoopOutput, make_statistics
+from .results import STATUS_EVENT_FAILED, STATUS_NONFINITE, STATUS_OK, LoopOutput, make_statistics
 
 
 Array = jax.Array
@@ -53,7 +55,11 @@ def plan_fixed_steps(
 
 class FixedStepScan:
     """One fixed-step run as a scan. ``events``: ``(program, periodic counters, logs, rest, counts,
-    updates_at_start)`` for a system with events, else None."""
+    updates_at_start, status)`` for a system with events, else None.
+
+    An event handler that stops the run (an :class:`~jaxsys.EventStatus` that reached termination or
+    failed) turns the remaining steps into no-ops: the carry holds the status, the time the run
+    stopped and the steps taken."""
 
     def __init__(self, run: Run, n_steps: int, save_idx: np.ndarray | None, exact: bool, events: Any = None):
         self.run = run
@@ -99,22 +105,36 @@ class FixedStepScan:
         return self._event_step(x, evc, n, t, t_next, hn)
 
     def _event_step(self, x: Array, evc: Any, n: Array, t: Array, t_next: Array, hn: Any) -> Any:
-        """One Drake step with events: updates at t, the step, publishes at t_next."""
+        """One Drake step with events: updates at t, the step, publishes at t_next (none of it once an
+        event handler stopped the run)."""
         run, program = self.run, self.program
-        rest, k_ev, logs, counts = evc
+        rest, k_ev, logs, counts, status, t_stop, n_taken = evc
+        can_stop = program.can_stop
+        live = ~program.stopped(status) if can_stop else jnp.array(True)
         base = set_rest(run.context.with_time(t).with_continuous_state(x), rest)
         gate = (n > 0) | self.updates_at_start
-        base, k_ev, n_u, n_d = program.updates(base, k_ev, gate)
+        gate = gate & live if can_stop else gate
+        base, k_ev, n_u, n_d, u_status = program.updates(base, k_ev, gate)
+        status = program.fold_in(status, u_status)
+        # (an update that stops the run: the step is not taken)
+        step = live & ~program.stopped(status) if can_stop else jnp.array(True)
         rest = get_rest(base)
         aux = dict(run.aux)
         aux["v_to_qdot"] = lambda tt, xx, v: run.system._map_raw(
             base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
         )
         f = run.system._derivative_function(base)
-        x_new = run.integrator.attempt_step(f, t, base.get_continuous_state_vector(), hn, aux)[0]
+        x_start = base.get_continuous_state_vector()
+        x_new = run.integrator.attempt_step(f, t, x_start, hn, aux)[0]
         after = set_rest(run.context.with_time(t_next).with_continuous_state(x_new), rest)
-        k_ev, logs, n_p = program.publishes(after, k_ev, jnp.array(True), logs)
-        return (x_new, (rest, k_ev, logs, counts + jnp.stack([n_p, n_d, n_u])))
+        k_ev, logs, n_p, p_status = program.publishes(after, k_ev, step, logs)
+        status = program.fold_in(status, p_status)
+        if can_stop:
+            x_new = jnp.where(step, x_new, x_start)
+            t_stop = jnp.where(live & ~step, t, jnp.where(step & program.stopped(status), t_next, t_stop))
+        if can_stop:
+            n_taken = n_taken + step.astype(jnp.int32)
+        return (x_new, (rest, k_ev, logs, counts + jnp.stack([n_p, n_d, n_u]), status, t_stop, n_taken))
 
     def steps(self, carry: Any, start: Any, length: int) -> Any:
         """``length`` steps from step index ``start``."""
@@ -128,11 +148,17 @@ class FixedStepScan:
         run, idx, n_steps = self.run, self.save_idx, self.n_steps
         ev = self.events0
         if self.program is not None:
-            carry0 = (run.x0, (ev[3], ev[1], ev[2], ev[4]))
+            status0 = ev[6]
+            t_stop0 = jnp.where(self.program.stopped(status0), run.t0, run.t_final)
+            carry0 = (run.x0, (ev[3], ev[1], ev[2], ev[4], status0, t_stop0, jnp.zeros((), jnp.int32)))
         else:
             carry0 = (run.x0, run.f(run.t0, run.x0) if self.fsal else ())
         n_save = int(run.ts.shape[0])
         m = int(idx[0]) if idx.size else 0
+        if self.program is not None and n_save and m == 0 and self.updates_at_start:
+            # a save at the start time sees the state after the updates due then (Drake's AdvanceTo(t0));
+            # the first step then skips them
+            carry0 = self._start_updates(carry0)
         if n_save == 0:
             carry = self.steps(carry0, 0, n_steps)
             buf = record_buffer(run.record, run.context, 0)
@@ -141,6 +167,19 @@ class FixedStepScan:
         else:
             carry, buf = self._save_masked(carry0, n_save)
         return self.output(carry, buf)
+
+    def _start_updates(self, carry: Any) -> Any:
+        run, program = self.run, self.program
+        x, (rest, k_ev, logs, counts, status, t_stop, n_taken) = carry
+        base = set_rest(run.context.with_time(run.t0).with_continuous_state(x), rest)
+        gate = ~program.stopped(status) if program.can_stop else jnp.array(True)
+        base, k_ev, n_u, n_d, u_status = program.updates(base, k_ev, gate)
+        status = program.fold_in(status, u_status)
+        if program.can_stop:
+            t_stop = jnp.where(program.stopped(status), run.t0, t_stop)
+        counts = counts + jnp.stack([jnp.zeros((), jnp.int32), n_d, n_u])
+        self.updates_at_start = False
+        return (base.get_continuous_state_vector(), (get_rest(base), k_ev, logs, counts, status, t_stop, n_taken))
 
     def _save_regular(self, carry0: Any, m: int, n_save: int) -> tuple[Any, Any]:
         """Save times on a regular grid of ``m`` steps: an outer scan over save intervals of an inner
@@ -160,7 +199,8 @@ class FixedStepScan:
         buf = record_buffer(run.record, run.context, n_save)
         k0 = int(np.sum(idx == 0))
         if k0:
-            buf = jax.tree_util.tree_map(lambda b, v: b.at[:k0].set(v), buf, run.record(run.context))
+            start = self.context_of(run.t0, carry0)
+            buf = jax.tree_util.tree_map(lambda b, v: b.at[:k0].set(v), buf, run.record(start))
         idx_ = jnp.asarray(idx, jnp.int32)
 
         def step_rec(c: Any, n: Array) -> Any:
@@ -197,6 +237,10 @@ class FixedStepScan:
         )
         status = jnp.where(ok, STATUS_OK, STATUS_NONFINITE).astype(jnp.int32)
         if self.program is not None:
-            rest, _, logs, counts = evc
-            return LoopOutput(run.t_final, x, buf, stats, status, rest, logs, counts)
+            rest, _, logs, counts, ev_status, t_stop, n_taken = evc
+            status = jnp.where(ev_status[0] == FAILED, STATUS_EVENT_FAILED, status).astype(jnp.int32)
+            if self.program.can_stop:
+                stats = eqx.tree_at(lambda s: (s.num_steps_taken, s.num_step_attempts), stats, (n_taken, n_taken))
+                return LoopOutput(t_stop, x, buf, stats, status, rest, logs, counts, None, ev_status)
+            return LoopOutput(run.t_final, x, buf, stats, status, rest, logs, counts, None, ev_status)
         return LoopOutput(run.t_final, x, buf, stats, status)

@@ -125,7 +125,8 @@ class EventCarry(NamedTuple):
     attempt was rejected, so the next attempt continues the same Drake step and must not repeat its
     start-of-step updates), `counts` ([publishes, discrete updates, unrestricted updates]),
     `witness_pending` (witnesses that triggered at the end of the last step: their update events run
-    at the start of the next).
+    at the start of the next), `status` (the handlers' and monitor's status so far, int32
+    ``[severity, reason index]``: see :meth:`~.event_loop.EventProgram.pack`).
     """
 
     rest: Any
@@ -134,6 +135,7 @@ class EventCarry(NamedTuple):
     step_open: Array
     counts: Array
     witness_pending: Array
+    status: Array
 
 
 class Fsal(NamedTuple):

@@ -69,6 +69,10 @@ class Status(enum.Enum):
         "infinite, t_final is before the context's time, or save_at holds a NaN, a time outside [start, t_final], "
         "or times that do not increase. Nothing was simulated."
     )
+    EVENT_FAILED = (
+        "An event handler or the monitor returned a failed EventStatus; the run stopped at that time "
+        "(result.simulator_status() names the system and its message)."
+    )
 
     @property
     def code(self) -> int:
@@ -90,6 +94,7 @@ STATUS_NONFINITE = Status.NONFINITE.code
 STATUS_WITNESS_NONFINITE = Status.WITNESS_NONFINITE.code
 STATUS_NEWTON_FAILED = Status.NEWTON_FAILED.code
 STATUS_BAD_TIMES = Status.BAD_TIMES.code
+STATUS_EVENT_FAILED = Status.EVENT_FAILED.code
 STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
 """Status code -> the message a user reads (the values of :class:`Status`)."""
 
@@ -177,6 +182,79 @@ class SimulatorStatistics(eqx.Module):
         return {k: int(np.asarray(getattr(self, k))) for k in self.__dataclass_fields__}
 
 
+class SimulatorStatusReason(enum.Enum):
+    """Why a simulation returned (Drake's ``SimulatorStatus::ReturnReason``)."""
+
+    REACHED_BOUNDARY_TIME = "reached_boundary_time"
+    REACHED_TERMINATION_CONDITION = "reached_termination_condition"
+    EVENT_HANDLER_FAILED = "event_handler_failed"
+
+
+class SimulatorStatus:
+    """How a simulation returned (Drake's ``SimulatorStatus``), from a concrete, unbatched result.
+
+    ``reason()`` (a :class:`SimulatorStatusReason`), ``boundary_time()`` (the time asked for),
+    ``return_time()`` (the time reached), ``system()`` (path of the system that stopped the run, '' if
+    none), ``message()``, ``succeeded()`` (True unless a handler failed, as Drake's),
+    ``reached_termination()``, ``format_message()``.
+    """
+
+    def __init__(
+        self,
+        reason: SimulatorStatusReason,
+        boundary_time: float,
+        return_time: float,
+        system: str = "",
+        message: str = "",
+    ) -> None:
+        self._reason = reason
+        self._boundary_time = boundary_time
+        self._return_time = return_time
+        self._system = system
+        self._message = message
+
+    def reason(self) -> SimulatorStatusReason:
+        """Drake: ``reason``."""
+        return self._reason
+
+    def boundary_time(self) -> float:
+        """The time the run was asked to reach, s (Drake: ``boundary_time``)."""
+        return self._boundary_time
+
+    def return_time(self) -> float:
+        """The time the run reached, s (Drake: ``return_time``)."""
+        return self._return_time
+
+    def system(self) -> str:
+        """Path of the system whose handler stopped the run ('' if none) (Drake: ``system``)."""
+        return self._system
+
+    def message(self) -> str:
+        """The handler's message (Drake: ``message``)."""
+        return self._message
+
+    def succeeded(self) -> bool:
+        """True unless an event handler failed (Drake: ``succeeded``)."""
+        return self._reason is not SimulatorStatusReason.EVENT_HANDLER_FAILED
+
+    def reached_termination(self) -> bool:
+        """True if a handler or the monitor reached termination (Drake: ``reached_termination``)."""
+        return self._reason is SimulatorStatusReason.REACHED_TERMINATION_CONDITION
+
+    def format_message(self) -> str:
+        """A sentence saying how the run returned (Drake: ``FormatMessage``)."""
+        if self._reason is SimulatorStatusReason.REACHED_BOUNDARY_TIME:
+            return f"Simulator successfully reached the boundary time ({self._boundary_time})."
+        who = f"System '{self._system}'" if self._system else "a handler"
+        what = f" with message '{self._message}'" if self._message else ""
+        if self._reason is SimulatorStatusReason.REACHED_TERMINATION_CONDITION:
+            return f"Simulator stopped at time {self._return_time} because {who} returned a termination status{what}."
+        return f"Simulator stopped at time {self._return_time} because {who} failed{what}."
+
+    def __repr__(self) -> str:
+        return f"SimulatorStatus({self.format_message()!r})"
+
+
 class SimulationResult(eqx.Module):
     """The result of :func:`~jaxsys.simulate`.
 
@@ -195,6 +273,12 @@ class SimulationResult(eqx.Module):
       ``AdvanceTo``, updates due at ``t_final`` are left for the next run. Pass it to the next
       :func:`~jaxsys.simulate` (``pending_witness_events=``) or to
       :func:`~jaxsys.advance_pending_events`; the :class:`~jaxsys.Simulator` does this for you.
+      Systems with timed events (``do_calc_next_update_time``) have one more flag per timed event.
+    - `event_status`: int32 ``[severity, reason index]`` of the statuses the event handlers and
+      the monitor returned (first worst; severity 2 reached termination, 3 failed); read it with
+      :meth:`reached_termination` and :meth:`simulator_status`.
+    - `boundary_time`: the ``t_final`` asked for.
+    - `status_reasons`: static ``(system path, message)`` pairs the reason index refers to.
     """
 
     def get_publish_log(self, event: Any) -> PublishLog:
@@ -216,10 +300,40 @@ class SimulationResult(eqx.Module):
     simulator_stats: SimulatorStatistics | None = None
     initialization_publishes: Any = ()
     pending_witness_events: Any = None
+    event_status: Any = None
+    boundary_time: Any = None
+    status_reasons: tuple[tuple[str, str], ...] = eqx.field(static=True, default=())
 
     def message(self) -> str:
         """The status as text (for a concrete, unbatched result)."""
-        return STATUS_MESSAGES[int(self.status)]
+        text = STATUS_MESSAGES[int(self.status)]
+        if int(self.status) == STATUS_EVENT_FAILED:
+            text = self.simulator_status().format_message() + " " + text
+        return text
+
+    def reached_termination(self) -> Array:
+        """Whether an event handler or the monitor stopped the run with a termination status (a bool
+        array; batched results give one per member). The final context is then the state after the
+        terminating event, at ``context.get_time()``."""
+        if self.event_status is None:
+            return jnp.zeros(jnp.shape(self.status), bool)
+        return self.event_status[..., 0] == 2
+
+    def simulator_status(self) -> SimulatorStatus:
+        """How the run returned (Drake's ``SimulatorStatus``; a concrete, unbatched result)."""
+        t_ret = float(self.context.get_time())
+        t_bound = float(self.boundary_time) if self.boundary_time is not None else t_ret
+        severity, which = (
+            (0, -1) if self.event_status is None else (int(self.event_status[0]), int(self.event_status[1]))
+        )
+        system, message = self.status_reasons[which] if 0 <= which < len(self.status_reasons) else ("", "")
+        if severity >= 3:
+            reason = SimulatorStatusReason.EVENT_HANDLER_FAILED
+        elif severity == 2:
+            reason = SimulatorStatusReason.REACHED_TERMINATION_CONDITION
+        else:
+            reason = SimulatorStatusReason.REACHED_BOUNDARY_TIME
+        return SimulatorStatus(reason, t_bound, t_ret, system, message)
 
 
 class LoopOutput(NamedTuple):
@@ -235,3 +349,4 @@ class LoopOutput(NamedTuple):
     logs: Any = ()
     counts: Any = None  # [publishes, discrete updates, unrestricted updates]
     pending: Any = None  # witnesses whose update events are pending at the end
+    event_status: Any = None  # [severity, reason index] of the handlers' statuses

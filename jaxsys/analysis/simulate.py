@@ -31,7 +31,8 @@ import numpy as np
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
-from ..framework.events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, TriggerType
+from ..framework.event_status import REACHED_TERMINATION, EventStatus
+from ..framework.events import time_tolerance
 from ..framework.system import System
 from .event_loop import EventProgram, get_rest, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
@@ -40,7 +41,15 @@ from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .progress import AbstractProgressMeter, NoProgressMeter
 from .recording import check_save_times, concrete
-from .results import STATUS_BAD_TIMES, STATUS_MESSAGES, STATUS_OK, LoopOutput, SimulationResult, SimulatorStatistics
+from .results import (
+    STATUS_BAD_TIMES,
+    STATUS_EVENT_FAILED,
+    STATUS_MESSAGES,
+    STATUS_OK,
+    LoopOutput,
+    SimulationResult,
+    SimulatorStatistics,
+)
 from .stepping import StepLoop
 
 
@@ -120,6 +129,7 @@ def simulate(
     checkpoints: int | None = None,
     dense_output: bool = False,
     pending_witness_events: Any = None,
+    monitor: Callable[[Context], Any] | None = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -164,11 +174,25 @@ def simulate(
       integrators, systems without events.
     - `pending_witness_events`: the ``pending_witness_events`` of the run this one continues (its
       witnesses' update events that were due at its end are performed at this run's start).
+    - `monitor`: ``f(context) -> EventStatus or None``, called at the end of every step after its
+      publishes, and after the initialization publishes (Drake's ``Simulator::set_monitor``). A
+      ``reached_termination`` status stops the run there; ``failed`` stops it with an error (or the
+      ``EVENT_FAILED`` status with ``throw=False``). Must be pure (it is traced).
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
       the start time the static step plan (a ``lax.scan`` of known length) assumes. Default 0.0;
       a context that starts elsewhere raises an error instead of giving wrong times.
+
+    **Stopping on an event.** Event handlers (and the monitor) may return an
+    :class:`~jaxsys.EventStatus` with their values. As in Drake's ``AdvanceTo``, a
+    ``reached_termination`` status from an update at the start of a step stops the run before that
+    step (the update is kept); from a publish or the monitor, after the step. The final context is
+    the state at that time (``result.reached_termination()``, ``result.simulator_status()``), and
+    the time is differentiable when the event is a witness's (a terminating event, as Diffrax's).
+    Save times after it are not reached: their rows of ``ys`` are NaN. A ``failed`` status stops the
+    run with an error naming the system and its message (``throw=False``: the ``EVENT_FAILED``
+    status).
 
     **Returns:** a :class:`SimulationResult`. Works under ``jax.jit`` (make ``system`` and
     ``integrator`` static, e.g. with ``eqx.filter_jit``), ``jax.vmap`` over contexts, and
@@ -199,12 +223,15 @@ def simulate(
     if integrator is None:
         integrator = RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
     _check_inputs(system, context, integrator, t_final, save_at, loop, dense_output)
-    program = EventProgram(system)
+    if monitor is not None and not callable(monitor):
+        raise JaxsysError(f"simulate: monitor must be a function f(context) -> EventStatus or None; got {monitor!r}.")
+    program = EventProgram(system, monitor)
     if dense_output and program:
         raise JaxsysError(
-            f"simulate: dense_output=True is not available for systems with events or witness functions "
-            f"(System {system.get_system_id_string()} has some): an event changes the state within the step "
-            f"the interpolant spans. Leave dense_output off: save_at times are then reached by stepping."
+            f"simulate: dense_output=True is not available for systems with events or witness functions, or "
+            f"with a monitor (System {system.get_system_id_string()} has some): an event changes the state "
+            f"within the step the interpolant spans. Leave dense_output off: save_at times are then reached by "
+            f"stepping."
         )
     options = dict(
         integrator=integrator,
@@ -220,6 +247,7 @@ def simulate(
         loop=loop,
         checkpoints=checkpoints,
         dense_output=dense_output,
+        monitor=monitor,
     )
     if _ENTRY_CACHE["enabled"] and not _any_tracer((system, context, t_final, save_at, pending_witness_events)):
         return _compiled_run(system, program, context, t_final, save_at, pending_witness_events, options)
@@ -322,6 +350,7 @@ def _simulate_body(
     loop: str,
     checkpoints: int | None,
     dense_output: bool,
+    monitor: Any = None,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point)."""
@@ -347,21 +376,23 @@ def _simulate_body(
     fixed = integrator.get_fixed_step_mode()
     plan = None
     t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
-    events_fit_scan = not program or (not program.witnesses and program.aligned(t0_plan, integrator.max_step_size))
+    events_fit_scan = not program or (
+        not program.witnesses and not program.timed_leaves and program.aligned(t0_plan, integrator.max_step_size)
+    )
     # (a method whose steps can fail, the implicit ones, retries failed steps: the while loop)
     if fixed and events_fit_scan and not integrator.can_fail():
         c_ts = np.zeros(0) if save_at is None else concrete(save_at)
         plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts)
     if plan is not None:
         _pending_flags(program, pending_witness_events)  # (checked: a system without witnesses)
-        scan_events = events + (updates_at_start,) if program else None
+        scan_events = events[:5] + (updates_at_start, events[5]) if program else None
         raw = FixedStepScan(run, *plan, scan_events).simulate()
     else:
         events0: EventCarry | tuple[()] = ()
         if program:
-            _, k0, logs0, rest0, counts0 = events
+            _, k0, logs0, rest0, counts0, status0 = events
             pending = _pending_flags(program, pending_witness_events)
-            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending)
+            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending, status0)
         stepper = StepLoop(
             run, fixed, program, witness_iterations, dense_output, make_while_loop(loop, checkpoints), witness_isolation
         )
@@ -371,7 +402,7 @@ def _simulate_body(
     planned_t0 = (t0, t0_plan) if plan is not None and c_t0 is None else None
     if times_ok is not None:
         raw = raw._replace(status=jnp.where(times_ok, raw.status, STATUS_BAD_TIMES).astype(raw.status.dtype))
-    return _finish(run, raw, program, init_values, throw, planned_t0)
+    return _finish(run, raw, program, init_values, throw, planned_t0, events[5] if program else None)
 
 
 def _times_ok(t0: Array, t_final: Array, ts: Array) -> Array:
@@ -387,14 +418,15 @@ def _times_ok(t0: Array, t_final: Array, ts: Array) -> Array:
 
 def _pending_flags(program: EventProgram, pending: Any) -> Array:
     """The pending witness flags a run starts with (checked against the system's witnesses)."""
-    n_w = len(program.witnesses) if program else 0
+    n_w = len(program.witnesses) + len(program.timed) if program else 0
     if pending is None:
         return jnp.zeros((n_w,), bool)
     flags = jnp.asarray(pending)
     if flags.shape != (n_w,) or flags.dtype != bool:
         raise JaxsysError(
             f"simulate: pending_witness_events must be the pending_witness_events of an earlier result for this "
-            f"system: a bool array of shape ({n_w},) (one per witness function); got {flags.dtype}{flags.shape}."
+            f"system: a bool array of shape ({n_w},) (one per witness function, then one per timed event); got "
+            f"{flags.dtype}{flags.shape}."
         )
     return flags
 
@@ -479,24 +511,30 @@ def _start_events(
     log_capacity: int,
 ) -> tuple[Context, Any, tuple[Any, ...]]:
     """Drake's ``Simulator::Initialize`` (when ``initialize``): initialization updates and publishes,
-    then the per-step and periodic publishes due at the start. Returns the context, the
-    initialization publish values, and ``(program, periodic counters, logs, rest, counts)``."""
+    then the per-step and periodic publishes due at the start and the monitor. Returns the context,
+    the initialization publish values, and ``(program, periodic counters, logs, rest, counts,
+    status)``."""
     t0 = context.get_time()
     init_values: Any = ()
+    status = EventStatus.did_nothing()
+    counts_init = jnp.zeros((3,), jnp.int32)
     if initialize:
-        context, init_values = program.initialize(context)
+        context, init_values, status, counts_init = program.initialize(context)
     program.bind_witnesses(context)
     k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
     logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
-    n_p0 = jnp.zeros((), jnp.int32)
+    status0 = program.pack(status)
+    counts0 = counts_init
     if initialize:
-        # per-step publishes and periodic publishes due at the start time belong to Initialize
-        k0, logs0, n_p0 = program.publishes(context, k0, jnp.array(True), logs0)
-        n_p0 = n_p0 + int(bool(program.by[(TriggerType.INITIALIZATION, PUBLISH)]))
-    n_init_d = int(bool(initialize and program.by[(TriggerType.INITIALIZATION, DISCRETE_UPDATE)]))
-    n_init_u = int(bool(initialize and program.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]))
-    counts0 = jnp.stack([n_p0, jnp.asarray(n_init_d, jnp.int32), jnp.asarray(n_init_u, jnp.int32)])
-    return context, init_values, (program, k0, logs0, get_rest(context), counts0)
+        # per-step publishes, periodic publishes due at the start time and the monitor belong to
+        # Initialize (not after an update reached termination or failed, as Drake's)
+        gate = jnp.array(True) if status.bound < REACHED_TERMINATION else ~EventProgram.stopped(status0)
+        k0, logs0, n_p, p_status = program.publishes(context, k0, gate, logs0)
+        status0 = EventProgram.fold(status0, program.pack(p_status))
+        # Drake handles these and the initialization publishes in one HandlePublish: one publish
+        counts0 = counts0.at[0].set(jnp.maximum(counts0[0], n_p))
+    program.probe(context, k0, logs0)
+    return context, init_values, (program, k0, logs0, get_rest(context), counts0, status0)
 
 
 def _make_run(
@@ -535,11 +573,16 @@ def _finish(
     init_values: Any,
     throw: bool,
     planned_t0: tuple[Array, float] | None,
+    status0: Array | None = None,
 ) -> SimulationResult:
     """Check the loop's output (errors inside jit) and build the SimulationResult.
 
     Checks are attached to the few arrays a caller uses (final state, recorded values, status), not
     to the whole context: a diagram's context has arrays for every leaf."""
+    if program and raw.event_status is None:
+        raw = raw._replace(event_status=status0)
+    event_status = raw.event_status if program else jnp.asarray([0, -1], jnp.int32)
+    reasons = tuple(program.reasons) if program else ()
     checked = (raw.t, raw.x, raw.ys, raw.status)
     if planned_t0 is not None:
         # The static step plan assumed a start time; a traced context must really start there.
@@ -552,13 +595,30 @@ def _finish(
             f"start_time=<the context's time> to simulate.",
         )
     if throw:
-        checked = eqx.branched_error_if(
-            checked,
-            raw.status != STATUS_OK,
-            raw.status,
-            [STATUS_MESSAGES[i] for i in range(len(STATUS_MESSAGES))],
+        n_base = len(STATUS_MESSAGES)
+        messages = [STATUS_MESSAGES[i] for i in range(n_base)] + [
+            f"simulate: System {path or '(unnamed)'} failed"
+            + (f" with message '{message}'" if message else "")
+            + " (an event handler or the monitor returned EventStatus.failed); the run stopped there. "
+            + "Pass throw=False to get the result, with result.simulator_status()."
+            for path, message in reasons
+        ]
+        which = jnp.where(
+            (raw.status == STATUS_EVENT_FAILED) & (event_status[1] >= 0), n_base + event_status[1], raw.status
         )
+        checked = eqx.branched_error_if(checked, raw.status != STATUS_OK, which, messages)
     t_end, x_end, ys, status = checked
+    if program and program.can_stop and run.ts.shape[0]:
+        # save times after the run stopped were not reached
+        beyond = run.ts > t_end + time_tolerance(t_end)
+        ys = jax.tree_util.tree_map(
+            lambda y: (
+                jnp.where(beyond.reshape((-1,) + (1,) * (y.ndim - 1)), jnp.nan, y)
+                if jnp.issubdtype(y.dtype, jnp.inexact)
+                else y
+            ),
+            ys,
+        )
     final = run.context.with_time(t_end).with_continuous_state(x_end)
     if program:
         final = set_rest(final, raw.rest)
@@ -567,5 +627,20 @@ def _finish(
     else:
         zero = jnp.zeros((), jnp.int32)
         sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, zero, zero, zero)
-    pending = raw.pending if raw.pending is not None else jnp.zeros((len(program.witnesses) if program else 0,), bool)
-    return SimulationResult(final, run.ts, ys, raw.stats, status, tuple(raw.logs), sim_stats, init_values, pending)
+    pending = (
+        raw.pending if raw.pending is not None else (program.no_witness_flags() if program else jnp.zeros((0,), bool))
+    )
+    return SimulationResult(
+        final,
+        run.ts,
+        ys,
+        raw.stats,
+        status,
+        tuple(raw.logs),
+        sim_stats,
+        init_values,
+        pending,
+        event_status,
+        run.t_final,
+        reasons,
+    )

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
+from ..framework.event_status import EventStatus
 from ..framework.system import System
 from .event_loop import EventProgram, PublishLog, advance_pending_events
 from .integrators import IntegratorBase, RungeKutta3Integrator
@@ -30,6 +31,8 @@ from .results import (
     IntegratorStatistics as IntegratorStatistics,
     SimulationResult as SimulationResult,
     SimulatorStatistics as SimulatorStatistics,
+    SimulatorStatus as SimulatorStatus,
+    SimulatorStatusReason as SimulatorStatusReason,
     Status as Status,
 )
 from .simulate import simulate as simulate
@@ -79,13 +82,15 @@ class Simulator:
         self._log_parts: list[tuple[Any, ...]] = []  # publish logs of the start and of every advance_to
         self._wall_start = 0.0
         self._sim_start = 0.0
+        self._monitor: Any = None
 
     def _advance_fn(self, updates_at_start: bool) -> Any:
         """The compiled advance for this configuration, shared by every Simulator of the same system
         and integrator (a new Simulator on the same diagram does not recompile)."""
-        key = (id(self._system), self._integrator, updates_at_start, self._witness_isolation)
+        key = (id(self._system), self._integrator, updates_at_start, self._witness_isolation, self._monitor)
         if key not in _ADVANCE:
             system, integrator, isolation = self._system, self._integrator, self._witness_isolation
+            monitor = self._monitor
 
             def advance(context: Context, t_final: Array, pending: Any) -> SimulationResult:
                 _ADVANCE_TRACES[0] += 1
@@ -98,6 +103,7 @@ class Simulator:
                     updates_at_start=updates_at_start,
                     pending_witness_events=pending,
                     witness_isolation=isolation,
+                    monitor=monitor,
                 )
 
             if len(_ADVANCE) >= 64:
@@ -107,38 +113,76 @@ class Simulator:
             _ADVANCE[key] = (system, eqx.filter_jit(advance))
         return _ADVANCE[key][1]
 
-    def initialize(self) -> Context:
-        """Run the initialization events, then publishes due at the start time (Drake: ``Initialize``).
+    def initialize(self) -> SimulatorStatus:
+        """Run the initialization events, then publishes due at the start time and the monitor
+        (Drake: ``Initialize``). Called by the first :meth:`advance_to` if not called before.
 
-        Called by the first :meth:`advance_to` if not called before. Returns the context.
-        """
-        program = EventProgram(self._system)
+        Returns a :class:`~jaxsys.SimulatorStatus` (reached termination if a handler or the monitor
+        said so); a failed handler raises an error naming its system and message, as Drake's."""
+        program = EventProgram(self._system, self._monitor)
         program.bind_witnesses(self._context)
         self._pending = program.no_witness_flags()
+        t0 = float(self._context.get_time())
+        packed = np.array([0, -1])
+        self._stats = {}  # (Drake's Initialize resets the statistics, then counts its own events)
         if program:
             context = self._context
-            context, self._init_publishes = program.initialize(context)
+            context, self._init_publishes, status, counts = program.initialize(context)
+            packed = np.asarray(program.pack(status))
             k0 = program.init_counters(context.get_time(), True, True)
             logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
-            _, self._init_logs, _ = program.publishes(context, k0, jnp.array(True), logs0)
+            gate = jnp.array(bool(packed[0] < EventStatus.REACHED_TERMINATION))
+            _, self._init_logs, n_p, p_status = program.publishes(context, k0, gate, logs0)
+            packed = np.asarray(program.fold(jnp.asarray(packed), program.pack(p_status)))
             self._context = context
+            for name, n in (
+                ("num_publishes", max(int(counts[0]), int(n_p))),
+                ("num_discrete_updates", int(counts[1])),
+                ("num_unrestricted_updates", int(counts[2])),
+            ):
+                if n:
+                    self._stats[name] = n
         self._log_parts = [tuple(self._init_logs)]
         self._initialized = True
         self._updates_at_start = True
         self._wall_start = _time.perf_counter()
-        self._sim_start = float(self._context.get_time())
-        return self._context
+        self._sim_start = t0
+        return self._status_from(packed, tuple(program.reasons), t0, t0, "Simulator.initialize")
 
-    def advance_to(self, boundary_time: float) -> Context:
-        """Advance the context to ``boundary_time`` (Drake: ``AdvanceTo``); returns the new context.
+    def _status_from(
+        self, packed: Any, reasons: tuple[tuple[str, str], ...], boundary: float, reached: float, where: str
+    ) -> SimulatorStatus:
+        """The SimulatorStatus of a packed event status; raises on failure (Drake throws)."""
+        severity, which = int(packed[0]), int(packed[1])
+        system, message = reasons[which] if 0 <= which < len(reasons) else ("", "")
+        if severity >= EventStatus.FAILED:
+            status = SimulatorStatus(SimulatorStatusReason.EVENT_HANDLER_FAILED, boundary, reached, system, message)
+            self._last_status = status
+            raise JaxsysError(f"{where}: {status.format_message()}")
+        reason = (
+            SimulatorStatusReason.REACHED_TERMINATION_CONDITION
+            if severity == EventStatus.REACHED_TERMINATION
+            else SimulatorStatusReason.REACHED_BOUNDARY_TIME
+        )
+        self._last_status = SimulatorStatus(reason, boundary, reached, system, message)
+        return self._last_status
+
+    def advance_to(self, boundary_time: float) -> SimulatorStatus:
+        """Advance the context to ``boundary_time`` (Drake: ``AdvanceTo``); returns a
+        :class:`~jaxsys.SimulatorStatus` (the new context is :meth:`get_context`).
 
         Updates due exactly at ``boundary_time`` stay pending (performed by the next ``advance_to``
         or by :meth:`advance_pending_events`); publishes due then are done. ``advance_to`` the current
         time performs the updates due now (``advance_to(t0)`` after creation sees the state after the
-        start time's updates, as Drake's ``AdvanceTo(t0)`` does).
+        start time's updates, as Drake's ``AdvanceTo(t0)`` does). An event handler or the monitor that
+        reaches termination stops the advance early (the status says when and why; a later
+        ``advance_to`` goes on from there, as Drake's); one that fails raises an error naming the
+        system and message.
         """
         if not self._initialized:
-            self.initialize()
+            status = self.initialize()
+            if status.reached_termination():
+                return status
         t = float(self._context.get_time())
         if boundary_time < t:
             raise JaxsysError(
@@ -163,22 +207,49 @@ class Simulator:
         for k, v in result.simulator_stats.as_dict().items():
             if k != "num_steps_taken":
                 self._stats[k] = self._stats.get(k, 0) + v
+        reached = float(self._context.get_time())
+        status = self._status_from(
+            result.event_status,
+            result.status_reasons,
+            float(boundary_time),
+            reached,
+            f"Simulator.advance_to({boundary_time})",
+        )
         if self._rate > 0:
-            target_wall = (boundary_time - self._sim_start) / self._rate
+            target_wall = (reached - self._sim_start) / self._rate
             elapsed = _time.perf_counter() - self._wall_start
             if target_wall > elapsed:
                 _time.sleep(target_wall - elapsed)
-        return self._context
+        return status
 
-    def advance_pending_events(self) -> Context:
-        """Perform the updates due at the current time (Drake: ``AdvancePendingEvents``)."""
+    def advance_pending_events(self) -> SimulatorStatus:
+        """Perform the updates due at the current time (Drake: ``AdvancePendingEvents``); returns a
+        :class:`~jaxsys.SimulatorStatus`."""
         if not self._initialized:
             self.initialize()
+        t = float(self._context.get_time())
         if self._updates_at_start:
             self._context = advance_pending_events(self._system, self._context, self._pending, count_into=self._stats)
             self._updates_at_start = False
             self._pending = jnp.zeros_like(self._pending)
-        return self._context
+        self._last_status = SimulatorStatus(SimulatorStatusReason.REACHED_BOUNDARY_TIME, t, t)
+        return self._last_status
+
+    def set_monitor(self, monitor: Any) -> None:
+        """Call ``monitor(context) -> EventStatus or None`` at the end of every step, after its
+        publishes, and at initialization (Drake: ``set_monitor``). Its ``reached_termination`` stops
+        ``advance_to`` there; ``failed`` raises. Pure (it is traced)."""
+        if monitor is not None and not callable(monitor):
+            raise JaxsysError(f"Simulator.set_monitor: expected a function f(context) -> EventStatus; got {monitor!r}.")
+        self._monitor = monitor
+
+    def clear_monitor(self) -> None:
+        """Remove the monitor (Drake: ``clear_monitor``)."""
+        self._monitor = None
+
+    def get_monitor(self) -> Any:
+        """The monitor, or None (Drake: ``get_monitor``)."""
+        return self._monitor
 
     def get_publish_log(self, event: Any) -> PublishLog:
         """The log of one per-step or periodic publish event (an Event, or its name) over the whole

@@ -27,6 +27,13 @@ This follows Drake's ``Simulator::Step`` (simulator.h), in the order the code be
 7. **End-of-step publishes** at the new time: per-step publishes, periodic publishes due then, and
    triggered witnesses' publishes, written into the publish logs. :meth:`StepLoop.end_of_step`.
 
+Handlers may return an :class:`~jaxsys.EventStatus`; the carry holds the run's status (first worst).
+An update that reaches termination or fails ends the run before step 3 (the step is not taken); a
+publish or the monitor (called after the publishes of 7) ends it after the step. Timed events that
+a system schedules with ``do_calc_next_update_time`` (asked after the updates of 1) bound the step
+like periodic events do (a time equal to now is a step of zero length); mode-dependent witnesses
+(``active_if``) are monitored in the steps that start with them active.
+
 Updates due exactly at the end time stay pending (Drake's ``AdvanceTo``); the next run (or
 ``advance_pending_events``) performs them. The loop is a ``lax.while_loop`` when evaluated and
 equinox's bounded loop when differentiated (:func:`~.loops.while_fast_primal`); it stops when time
@@ -43,14 +50,18 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..framework.context import Context
+from ..framework.event_status import FAILED, REACHED_TERMINATION
+from ..framework.events import time_tolerance
 from .event_loop import EventProgram, get_rest, set_rest
 from .integrators.newton import N_STATS
 from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState, NewtonCarry
 from .loops import Run, WhileLoop
-from .recording import initial_saves, record_buffer, run_with_saving
+from .recording import concrete, initial_saves, record_buffer, run_with_saving
 from .results import (
+    STATUS_EVENT_FAILED,
     STATUS_MAX_STEPS,
     STATUS_NONFINITE,
     STATUS_OK,
@@ -72,7 +83,10 @@ class StepStart(NamedTuple):
     `f` (the vector field at the updated discrete state), `aux` (the integrator's auxiliary data),
     `make_ctx(t, x)` (a context at the updated discrete state), `boundary` (the step may not pass it),
     `n_u`, `n_d` (unrestricted and discrete updates dispatched, 0 or 1: when either ran, the
-    first-same-as-last stage is stale).
+    first-same-as-last stage is stale), `stop` (an update reached termination or failed: the step is
+    not taken; None when no update can stop the run), `witness_active` (per witness, monitored in
+    this step; None: all), `timed` (the time ``do_calc_next_update_time`` asked for, which timed
+    events are due then, and whether that is now: a step of zero length; None without such systems).
     """
 
     x: Array
@@ -83,6 +97,9 @@ class StepStart(NamedTuple):
     boundary: Array
     n_u: Array
     n_d: Array
+    stop: Array | None = None
+    witness_active: Array | None = None
+    timed: tuple[Array, Array, Array] | None = None
 
 
 class Attempt(NamedTuple):
@@ -99,6 +116,14 @@ class Attempt(NamedTuple):
     k_first: Any
     extra_evaluations: Array
     newton: NewtonCarry | tuple[()] = ()
+
+
+def _may_save_at_start(ts: Array, t0: Array) -> bool:
+    """Whether a save time may be the start time (False only when both are known and it is not)."""
+    c_ts, c_t0 = concrete(ts), concrete(t0)
+    if c_ts is None or c_t0 is None:
+        return True
+    return bool(np.min(c_ts) <= float(c_t0) + 1e-12 * max(1.0, abs(float(c_t0))))
 
 
 class StepLoop:
@@ -171,8 +196,11 @@ class StepLoop:
         return LoopState(x0, Clock.start(t0, h0), counters, grid, events0, fsal, dense, newton)
 
     def running(self, s: LoopState) -> Array:
-        """The run goes on: status ok and attempts left."""
-        return (s.counters.status == STATUS_OK) & (s.counters.attempts < self.integrator.max_steps)
+        """The run goes on: status ok, no event handler stopped it, and attempts left."""
+        go = (s.counters.status == STATUS_OK) & (s.counters.attempts < self.integrator.max_steps)
+        if self.program is not None and self.program.can_stop:
+            go = go & ~EventProgram.stopped(s.events.status)
+        return go
 
     def context_at(self, s: LoopState, t: Array, x: Array) -> Context:
         """The context of loop state ``s`` at time ``t`` and continuous state ``x``."""
@@ -205,6 +233,26 @@ class StepLoop:
             s.counters.status,
             choice.limited,
         )
+        if start.timed is not None:
+            # a step of zero length (events scheduled now) is taken as it is, whatever error control says
+            now = start.timed[2]
+            verdict = verdict._replace(
+                accept=verdict.accept | now,
+                status=jnp.where(now, s.counters.status, verdict.status),
+                at_minimum=jnp.where(now, s.counters.at_minimum, verdict.at_minimum),
+                shrinkage=jnp.where(now, 0, verdict.shrinkage),
+                failure=jnp.where(now, 0, verdict.failure),
+                limited=verdict.limited | now,
+            )
+        if start.stop is not None:
+            # an update stopped the run: this step is not taken (nor counted)
+            stop = start.stop
+            verdict = verdict._replace(
+                accept=verdict.accept & ~stop,
+                status=jnp.where(stop, s.counters.status, verdict.status),
+                shrinkage=jnp.where(stop, 0, verdict.shrinkage),
+                failure=jnp.where(stop, 0, verdict.failure),
+            )
         *landing, w_now, status = self.isolate_witnesses(t, start, choice, attempt, verdict)  # 5
         verdict = verdict._replace(status=status)
         new = self.commit(s, start, choice, attempt, verdict, tuple(landing))  # 6
@@ -224,7 +272,9 @@ class StepLoop:
             return StepStart(x, (), run.f, run.aux, plain_ctx, boundary, zero, zero)
         ev = s.events
         base = set_rest(run.context.with_time(t).with_continuous_state(x), ev.rest)
-        base, k_ev, n_u, n_d = program.updates(base, ev.periodic, ~ev.step_open, ev.witness_pending)
+        base, k_ev, n_u, n_d, u_status = program.updates(base, ev.periodic, ~ev.step_open, ev.witness_pending)
+        status = program.fold_in(ev.status, u_status)
+        stop = program.is_stopped(status) if u_status.bound >= REACHED_TERMINATION else None
         rest = get_rest(base)
         aux = dict(run.aux)
         aux["v_to_qdot"] = lambda tt, xx, v: run.system._map_raw(
@@ -235,11 +285,22 @@ class StepLoop:
             return set_rest(run.context.with_time(tt).with_continuous_state(xx), rest)
 
         # witness updates pending from the last step are consumed by this step's updates
-        events = ev._replace(rest=rest, periodic=k_ev, witness_pending=ev.witness_pending & ev.step_open)
+        events = ev._replace(rest=rest, periodic=k_ev, witness_pending=ev.witness_pending & ev.step_open, status=status)
         # a step never jumps over a periodic event: it is truncated to land on it
         boundary = jnp.minimum(boundary, program.next_event_time(k_ev, t.dtype))
+        timed = program.next_timed(base)
+        if timed is not None:
+            # nor over a time a system asked for (Drake's CalcNextUpdateTime, after the updates); a time
+            # that is now makes a step of zero length, whose publishes and next updates handle its events
+            t_c, due_c = timed
+            now = t_c <= t + time_tolerance(t)
+            boundary = jnp.minimum(boundary, jnp.where(now, t, t_c))
+            timed = (t_c, due_c, now)
         x = base.get_continuous_state_vector()
-        return StepStart(x, events, run.system._derivative_function(base), aux, make_ctx, boundary, n_u, n_d)
+        f = run.system._derivative_function(base)
+        # mode-dependent witnesses are monitored in the steps that start with them active
+        w_active = program.witness_activity(base)
+        return StepStart(x, events, f, aux, make_ctx, boundary, n_u, n_d, stop, w_active, timed)
 
     def attempt(self, s: LoopState, start: StepStart, choice: StepChoice) -> Attempt:
         """Step 3: one step of the integrator from the updated state."""
@@ -284,8 +345,10 @@ class StepLoop:
         Returns the step's end time, whether it reaches the boundary, its end state, whether it was cut,
         per witness whether it triggered (None without events), and the status."""
         program, x_new, accept = self.program, attempt.x_new, verdict.accept
+        if program is not None:
+            program = program.masked(start.witness_active)
         if program is None or not program.witnesses:
-            w_now = program.no_witness_flags() if program is not None else None
+            w_now = jnp.zeros((0,), bool) if program is not None else None
             return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), w_now, verdict.status
         w0 = program.witness_values(start.make_ctx(t, start.x))
         if not self.witness_isolation:
@@ -350,7 +413,7 @@ class StepLoop:
         c = s.counters
         counters = c.replace(
             steps=c.steps + acc_i,
-            attempts=c.attempts + 1,
+            attempts=c.attempts + (1 if start.stop is None else (~start.stop).astype(jnp.int32)),
             shrinkages=c.shrinkages + verdict.shrinkage,
             substep_failures=c.substep_failures + verdict.failure,
             status=verdict.status,
@@ -398,7 +461,15 @@ class StepLoop:
             return s
         ev = s.events
         after = start.make_ctx(s.clock.t, s.x)
-        k_ev, logs, n_p = self.program.publishes(after, ev.periodic, accept, ev.logs, w_now)
+        if start.timed is not None:
+            # the timed events fire if the step reached their time (a witness may have cut it short)
+            t_c, due_c, _ = start.timed
+            reached = s.clock.t >= t_c - time_tolerance(t_c)
+            w_now = jnp.concatenate([w_now, due_c & reached & accept])
+        n_flags = len(self.program.witnesses) + len(self.program.timed)
+        if w_now.shape[0] < n_flags:  # (timed events that no do_calc_next_update_time schedules)
+            w_now = jnp.concatenate([w_now, jnp.zeros((n_flags - w_now.shape[0],), bool)])
+        k_ev, logs, n_p, p_status = self.program.publishes(after, ev.periodic, accept, ev.logs, w_now)
         events = EventCarry(
             rest=ev.rest,
             periodic=k_ev,
@@ -406,6 +477,7 @@ class StepLoop:
             step_open=~accept,
             counts=ev.counts + jnp.stack([n_p, start.n_d, start.n_u]),
             witness_pending=jnp.where(accept, w_now, ev.witness_pending),
+            status=self.program.fold_in(ev.status, p_status),
         )
         return s._replace(events=events)
 
@@ -432,7 +504,12 @@ class StepLoop:
         s0 = self.initial_state(events0)
         if n_save:
             interpolate = self.integrator.interpolate if self.dense else None
-            saves0 = initial_saves(run.record, run.context, run.ts, run.t0)
+            start_ctx = run.context
+            if self.program is not None and _may_save_at_start(run.ts, run.t0):
+                # a save at the start time sees the state after the updates due then (Drake's AdvanceTo(t0))
+                s0 = self.start_updates(s0)
+                start_ctx = self.context_at(s0, s0.clock.t, s0.x)
+            saves0 = initial_saves(run.record, start_ctx, run.ts, run.t0)
             s, (n_saved, buf) = run_with_saving(
                 s0,
                 run.ts,
@@ -452,10 +529,33 @@ class StepLoop:
             unfinished = s.clock.t < run.t_final
         return self.output(s, buf, unfinished)
 
+    def start_updates(self, s: LoopState) -> LoopState:
+        """The first step's start-of-step updates, done before the loop (whose first step then skips
+        them, as after a rejected attempt)."""
+        program, ev = self.program, s.events
+        base = self.context_at(s, s.clock.t, s.x)
+        base, k_ev, n_u, n_d, u_status = program.updates(base, ev.periodic, ~ev.step_open, ev.witness_pending)
+        events = ev._replace(
+            rest=get_rest(base),
+            periodic=k_ev,
+            step_open=jnp.array(True),
+            counts=ev.counts + jnp.stack([jnp.zeros((), jnp.int32), n_d, n_u]),
+            witness_pending=jnp.zeros_like(ev.witness_pending),
+            status=program.fold_in(ev.status, u_status),
+        )
+        return s._replace(x=base.get_continuous_state_vector(), events=events)
+
     def output(self, s: LoopState, buf: Any, unfinished: Array) -> LoopOutput:
         """The loop's output: a run that stopped early with status ok ran out of attempts."""
         c, clock, integrator = s.counters, s.clock, self.integrator
-        status = jnp.where(unfinished & (c.status == STATUS_OK), STATUS_MAX_STEPS, c.status).astype(jnp.int32)
+        if self.program is not None:
+            # a run an event handler stopped is finished; one that failed has that status
+            event_status = s.events.status
+            unfinished = unfinished & ~EventProgram.stopped(event_status)
+            status = jnp.where(event_status[0] == FAILED, STATUS_EVENT_FAILED, c.status)
+        else:
+            status = c.status
+        status = jnp.where(unfinished & (status == STATUS_OK), STATUS_MAX_STEPS, status).astype(jnp.int32)
         # cubic Hermite output needs f at the end point, which only first-same-as-last methods have
         hermite_extra = int(self.dense and getattr(integrator, "dense", None) is None and not self.fsal)
         per_attempt = integrator.num_evaluations() - int(self.fsal) + hermite_extra
@@ -473,5 +573,7 @@ class StepLoop:
         )
         if self.program is not None:
             ev = s.events
-            return LoopOutput(clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts, ev.witness_pending)
+            return LoopOutput(
+                clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts, ev.witness_pending, ev.status
+            )
         return LoopOutput(clock.t, s.x, buf, stats, status)

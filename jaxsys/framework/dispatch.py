@@ -19,7 +19,8 @@ import numpy as np
 
 from .context import Context, DiscreteValues, State
 from .errors import StateError
-from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection
+from .event_status import REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
+from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
 
 
 if TYPE_CHECKING:
@@ -105,49 +106,156 @@ def _by_leaf(
     return leaves, leaf_contexts_with_inputs(system, context), _split(events, index)
 
 
-def dispatch_publish(system: System, context: Context, events: EventCollection) -> tuple[Any, ...]:
-    """Run the publish handlers; returns one recorded value per event in ``events`` (None if none)."""
+def _leaf_status(leaf: Any, status: EventStatus | None, sub: EventCollection) -> EventStatus:
+    """A leaf handler's status (succeeded when it returned none, did_nothing when nothing was active),
+    with the leaf named as the system of reasons that name none."""
+    if status is None:
+        return EventStatus.succeeded().gated(sub.any_active())
+    if not isinstance(status, EventStatus):
+        raise StateError(
+            f"System {leaf.get_system_id_string()}: an event handler returned (result, {type(status).__name__}); "
+            f"the second item must be a jaxsys.EventStatus."
+        )
+    return status.with_default_system(leaf)
+
+
+def dispatch_publish_with_status(
+    system: System, context: Context, events: EventCollection
+) -> tuple[tuple[Any, ...], EventStatus]:
+    """Run the publish handlers; returns one recorded value per event in ``events`` (None if none)
+    and the handlers' combined :class:`~jaxsys.EventStatus` (first worst, in leaf order)."""
     leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     recorded: dict[int, Any] = {}
+    statuses = []
     for li, sub in by_leaf.items():
-        values = leaves[li].do_publish(ctxs[li], sub)
+        values, status = split_status(leaves[li].do_publish(ctxs[li], sub), PUBLISH)
         if not isinstance(values, tuple) or len(values) != sub.size():
             raise StateError(
                 f"do_publish of System {leaves[li].get_system_id_string()} must return a tuple with one "
-                f"recorded value (or None) per event; got {type(values).__name__}."
+                f"recorded value (or None) per event (or that tuple and an EventStatus); got {type(values).__name__}."
             )
+        statuses.append(_leaf_status(leaves[li], status, sub))
         for e, v in zip(sub.get_events(), values):
             recorded[id(e)] = v
-    return tuple(recorded.get(id(e)) for e in events.get_events())
+    return tuple(recorded.get(id(e)) for e in events.get_events()), combine(statuses)
+
+
+def dispatch_publish(system: System, context: Context, events: EventCollection) -> tuple[Any, ...]:
+    """Run the publish handlers; returns one recorded value per event in ``events`` (None if none)."""
+    return dispatch_publish_with_status(system, context, events)[0]
+
+
+def dispatch_discrete_with_status(
+    system: System, context: Context, events: EventCollection
+) -> tuple[DiscreteValues, EventStatus]:
+    """New discrete state (all groups, in context order) after the discrete-update events, and the
+    handlers' combined status. A failed status leaves the values as they were (Drake does not apply a
+    failed update)."""
+    leaves, ctxs, by_leaf = _by_leaf(system, context, events)
+    leaf_ctxs = list(context._leaf_contexts())
+    statuses = []
+    for li, sub in by_leaf.items():
+        old = leaf_ctxs[li].state.discrete_state
+        new, status = split_status(leaves[li].do_calc_discrete_variable_updates(ctxs[li], sub, old), DISCRETE_UPDATE)
+        new = old if new is None else normalize_discrete(leaves[li], new, old, "do_calc_discrete_variable_updates")
+        if status is not None and not status.always_applied():
+            new = _keep_unless_applied(status, new, old)
+        statuses.append(_leaf_status(leaves[li], status, sub))
+        leaf_ctxs[li] = leaf_ctxs[li]._replace_state(discrete_state=new)
+    values = DiscreteValues(context._with_leaf_contexts(leaf_ctxs).get_discrete_state().groups, system.get_system_id())
+    return values, combine(statuses)
 
 
 def dispatch_discrete(system: System, context: Context, events: EventCollection) -> DiscreteValues:
     """New discrete state (all groups, in context order) after the discrete-update events."""
-    leaves, ctxs, by_leaf = _by_leaf(system, context, events)
-    leaf_ctxs = list(context._leaf_contexts())
-    for li, sub in by_leaf.items():
-        old = leaf_ctxs[li].state.discrete_state
-        new = leaves[li].do_calc_discrete_variable_updates(ctxs[li], sub, old)
-        new = normalize_discrete(leaves[li], new, old, "do_calc_discrete_variable_updates")
-        leaf_ctxs[li] = leaf_ctxs[li]._replace_state(discrete_state=new)
-    return DiscreteValues(context._with_leaf_contexts(leaf_ctxs).get_discrete_state().groups, system.get_system_id())
+    return dispatch_discrete_with_status(system, context, events)[0]
 
 
-def dispatch_unrestricted(system: System, context: Context, events: EventCollection) -> State:
-    """New whole state (context order) after the unrestricted-update events."""
+def dispatch_unrestricted_with_status(
+    system: System, context: Context, events: EventCollection
+) -> tuple[State, EventStatus]:
+    """New whole state (context order) after the unrestricted-update events, and the handlers'
+    combined status (a leaf whose status is did_nothing or failed keeps its state)."""
     leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     leaf_ctxs = list(context._leaf_contexts())
+    statuses = []
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state
-        new = leaves[li].do_calc_unrestricted_update(ctxs[li], sub, old)
-        new = check_state(leaves[li], new, old, "do_calc_unrestricted_update")
+        new, status = split_status(leaves[li].do_calc_unrestricted_update(ctxs[li], sub, old), UNRESTRICTED_UPDATE)
+        new = old if new is None else check_state(leaves[li], new, old, "do_calc_unrestricted_update")
+        if status is not None and not status.always_applied():
+            new = _keep_unless_applied(status, new, old)
+        statuses.append(_leaf_status(leaves[li], status, sub))
         leaf_ctxs[li] = leaf_ctxs[li]._replace_state(
             continuous_state=new.continuous_state,
             discrete_state=new.discrete_state,
             abstract_state=new.abstract_state,
         )
     state = context._with_leaf_contexts(leaf_ctxs).get_state()
-    return State(state.continuous_state, state.discrete_state, state.abstract_state, system.get_system_id())
+    return State(state.continuous_state, state.discrete_state, state.abstract_state, system.get_system_id()), combine(
+        statuses
+    )
+
+
+def dispatch_unrestricted(system: System, context: Context, events: EventCollection) -> State:
+    """New whole state (context order) after the unrestricted-update events."""
+    return dispatch_unrestricted_with_status(system, context, events)[0]
+
+
+def _keep_unless_applied(status: EventStatus, new: Any, old: Any) -> Any:
+    """``new`` where the status says the update is applied (succeeded or reached termination), else
+    ``old`` (did nothing, failed: Drake applies neither)."""
+    applied = (status.severity == SUCCEEDED) | (status.severity == REACHED_TERMINATION)
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(applied, a, b), new, old)
+
+
+def timed_leaves(system: System) -> list[int]:
+    """Indices of the leaves whose class overrides ``do_calc_next_update_time``."""
+    from .leaf_system import LeafSystem
+
+    base = LeafSystem.do_calc_next_update_time
+    return [
+        li
+        for li, leaf in enumerate(event_leaves(system))
+        if getattr(type(leaf), "do_calc_next_update_time", base) is not base
+    ]
+
+
+def leaf_next_time(leaf: Any, context: Context, timed: list[Event], t: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """A leaf's ``do_calc_next_update_time``: (time, per timed event of the program whether the leaf
+    schedules it then), checked."""
+    out = leaf.do_calc_next_update_time(context)
+    who = f"do_calc_next_update_time of System {leaf.get_system_id_string()}"
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise StateError(
+            f"{who} must return (time, events): the next time (s) and the timed events (declared with "
+            f"declare_timed_*_event) due then; got {type(out).__name__}."
+        )
+    t_next, events = out
+    t_next = jnp.asarray(t_next)
+    if (
+        t_next.shape != ()
+        or not jnp.issubdtype(t_next.dtype, jnp.floating)
+        and not jnp.issubdtype(t_next.dtype, jnp.integer)
+    ):
+        raise StateError(f"{who} returned a time of shape {t_next.shape} and dtype {t_next.dtype}; expected a scalar.")
+    flags = jnp.zeros((len(timed),), bool)
+    for item in events:
+        event, active = item if isinstance(item, tuple) else (item, True)
+        if (
+            not isinstance(event, Event)
+            or event.trigger is not TriggerType.TIMED
+            or event.system is None
+            or (event.system._spec is not leaf._spec)
+        ):
+            raise StateError(
+                f"{who} returned {item!r}: the events must be this system's timed events (made with "
+                f"declare_timed_publish_event / declare_timed_discrete_update_event / "
+                f"declare_timed_unrestricted_update_event), or (event, active) pairs of them."
+            )
+        flags = flags.at[[i for i, e in enumerate(timed) if e is event][0]].set(jnp.asarray(active, bool))
+    # (a time before now is now: Drake requires the returned time >= the context's time)
+    return jnp.maximum(t_next.astype(t.dtype), t), flags
 
 
 def _shapes(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:
@@ -218,5 +326,8 @@ __all__ = [
     "dispatch_publish",
     "dispatch_discrete",
     "dispatch_unrestricted",
+    "dispatch_publish_with_status",
+    "dispatch_discrete_with_status",
+    "dispatch_unrestricted_with_status",
     "all_events",
 ]

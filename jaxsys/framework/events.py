@@ -49,6 +49,7 @@ class TriggerType(enum.Enum):
     INITIALIZATION = "initialization"
     PER_STEP = "per_step"
     PERIODIC = "periodic"
+    TIMED = "timed"
     WITNESS = "witness"
 
 

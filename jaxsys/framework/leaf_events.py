@@ -23,6 +23,7 @@ import numpy as np
 from .constraints import SystemConstraint, SystemConstraintIndex
 from .context import Context, DiscreteValues, State
 from .errors import DeclarationError
+from .event_status import DID_NOTHING, REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
 from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
 from .system import System
 from .witness import WitnessFunction, WitnessFunctionDirection
@@ -39,6 +40,60 @@ def _call(system: System, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _zeros_like_shape(shape: Any) -> Any:
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape)
+
+
+def _applied(status: EventStatus | None, new: Any, old: Any) -> Any:
+    """``new`` unless ``status`` says the update did nothing or failed (then ``old``)."""
+    if status is None or status.always_applied():
+        return new
+    keep = (status.severity == SUCCEEDED) | (status.severity == REACHED_TERMINATION)
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), new, old)
+
+
+def _gated_call(active: Any, run: Callable[..., Any], operand: Any) -> tuple[Any, EventStatus | None]:
+    """``run(operand) -> (result, status or None)`` where ``active``; else the operand unchanged (an
+    update) or zeros (a publish, ``operand`` None) with a did-nothing status. A traced ``active`` is a
+    ``lax.cond``; the status's static parts are taken from the traced branch."""
+    args = () if operand is None else (operand,)
+    if isinstance(active, (bool, np.bool_)):
+        if active:
+            return run(*args)
+        if operand is None:
+            shape = jax.eval_shape(lambda: run()[0])
+            return _zeros_like_shape(shape), None
+        return operand, None
+    box: dict[str, Any] = {}
+
+    def yes(*a: Any) -> Any:
+        result, status = run(*a)
+        box["status"] = status
+        if status is None:
+            return result, (jnp.ones((), jnp.int32), jnp.full((), -1, jnp.int32))
+        return result, (status.severity, status.which)
+
+    if operand is None:
+        shape = jax.eval_shape(yes)
+
+        def no() -> Any:
+            return _zeros_like_shape(shape[0]), (jnp.zeros((), jnp.int32), jnp.full((), -1, jnp.int32))
+    else:
+
+        def no(a: Any) -> Any:
+            return a, (jnp.zeros((), jnp.int32), jnp.full((), -1, jnp.int32))
+
+    result, packed = jax.lax.cond(active, yes, no, *args)
+    status = box.get("status")
+    if status is None:
+        return result, None
+    return result, EventStatus(packed[0], packed[1], status.reasons, status.bound, DID_NOTHING)
+
+
+def _with_status(result: Any, statuses: list[EventStatus | None]) -> Any:
+    """``result``, or ``(result, combined status)`` when any handler returned a status (the loop runs
+    statuses; handlers that returned none count as succeeded where active)."""
+    if all(s is None for s in statuses):
+        return result
+    return result, combine([EventStatus.succeeded() if s is None else s for s in statuses])
 
 
 class LeafEvents(System):
@@ -158,6 +213,37 @@ class LeafEvents(System):
         """Run by ``calc_unrestricted_update(context)`` (Drake: ``DeclareForcedUnrestrictedUpdateEvent``)."""
         return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.FORCED, update, name=name)
 
+    # ===== timed events (scheduled by do_calc_next_update_time) ======================================
+    def declare_timed_publish_event(self, publish: Callable[[Context], Any], name: str = "") -> Event:
+        """A publish event that happens when this system's :meth:`do_calc_next_update_time` schedules
+        it (Drake: an event with ``TriggerType::kTimed``); ``publish(context) -> value or None``."""
+        return self._declare_event(PUBLISH, TriggerType.TIMED, publish, name=name)
+
+    def declare_timed_discrete_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """A discrete update scheduled by :meth:`do_calc_next_update_time`:
+        ``update(context, discrete_state) -> new values``."""
+        return self._declare_event(DISCRETE_UPDATE, TriggerType.TIMED, update, name=name)
+
+    def declare_timed_unrestricted_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
+        """An unrestricted update scheduled by :meth:`do_calc_next_update_time`:
+        ``update(context, state) -> State``."""
+        return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.TIMED, update, name=name)
+
+    def do_calc_next_update_time(self, context: Context) -> tuple[Any, Any]:
+        """The next time this system wants events, and which (Drake: ``DoCalcNextUpdateTime``).
+
+        Override it to schedule one-off or state-dependent events: return ``(time, events)``, where
+        ``time`` is a scalar (s, may be traced; ``inf`` for none; the context's own time for "right
+        now") and ``events`` a sequence of this system's timed events (``declare_timed_*_event``) or
+        ``(event, active)`` pairs with a traced bool. As in Drake's ``Simulator``, it is called at the
+        start of every step, after that step's updates; the step stops at the returned time (a time
+        equal to now is a step of zero length); the scheduled publish events happen at the end of
+        that step and the update events at the start of the next. Periodic events are not handled
+        here: they are scheduled by the simulator on its own (unlike Drake's default
+        ``DoCalcNextUpdateTime``, an override does not replace them). Default: ``(inf, ())``.
+        """
+        return jnp.asarray(jnp.inf, context.get_time().dtype), ()
+
     # ===== witness functions =======================================================================
     def make_witness_function(
         self,
@@ -219,76 +305,94 @@ class LeafEvents(System):
 
     def do_get_witness_functions(self, context: Context) -> list[WitnessFunction]:
         """The witness functions active in ``context`` (Drake: ``DoGetWitnessFunctions``); default: the
-        declared ones. The list must not depend on values in the context (it is fixed when traced)."""
+        declared ones. The list itself is fixed when the simulation is traced, so it cannot depend on
+        values in the context with a Python ``if``: return a mode-dependent witness as
+        ``w.active_if(condition)`` (``condition`` a traced bool of the context): it is monitored only
+        in steps that start with ``condition`` true, as Drake's subset is."""
         return list(self._spec.witnesses)
 
     # ===== event handlers (override to handle simultaneous events together) ========================
-    def do_publish(self, context: Context, events: EventCollection) -> tuple[Any, ...]:
+    def do_publish(self, context: Context, events: EventCollection) -> Any:
         """Handle the simultaneous publish events of this system (Drake: ``DoPublish``).
 
         Default: each active event's callback, in order. Returns one recorded value (or None) per
-        event. An override must not (and cannot) change the state.
+        event; when a callback returns an :class:`~jaxsys.EventStatus` (``status`` or ``(value,
+        status)``), returns ``(values, combined status)``. An override must not (and cannot) change
+        the state; it may return ``(values, status)`` too.
         """
-        out = []
+        out, statuses = [], []
         for e, active in events:
             if e.callback is None:
                 out.append(None)
                 continue
 
             def run(e: Event = e) -> Any:
-                value = _call(self, e.callback, context)
+                value, status = split_status(_call(self, e.callback, context), PUBLISH)
                 if isinstance(value, (Context, State)):
                     raise DeclarationError(
                         f"The publish callback of {e!r} returned a {type(value).__name__}: publish events cannot "
                         f"change the state. Declare an unrestricted (or discrete) update event instead."
                     )
-                return value
+                return value, status
 
             if isinstance(active, bool) and active:
-                out.append(run())
+                value, status = run()
             else:
-                shape = jax.eval_shape(run)
-                out.append(jax.lax.cond(active, run, lambda shape=shape: _zeros_like_shape(shape)))
-        return tuple(out)
+                value, status = _gated_call(active, run, None)
+            out.append(value)
+            statuses.append(status)
+        return _with_status(tuple(out), statuses)
 
     def do_calc_discrete_variable_updates(
         self, context: Context, events: EventCollection, discrete_state: DiscreteValues
-    ) -> DiscreteValues:
+    ) -> Any:
         """Handle the simultaneous discrete-update events (Drake: ``DoCalcDiscreteVariableUpdates``).
 
         Default: each active event's ``callback(context, values_so_far)`` in order; all read the
-        same ``context`` (the state before this update).
+        same ``context`` (the state before this update). A callback may return an
+        :class:`~jaxsys.EventStatus` (alone: values unchanged; or ``(values, status)``); a did-nothing
+        or failed status discards that callback's values. With statuses, returns ``(values, combined
+        status)``.
         """
-        from .dispatch import cond_or_call, normalize_discrete
+        from .dispatch import normalize_discrete
 
         ds = discrete_state
+        statuses = []
         for e, active in events:
             if e.callback is None:
                 continue
 
-            def run(ds: DiscreteValues, e: Event = e) -> DiscreteValues:
-                return normalize_discrete(self, _call(self, e.callback, context, ds), ds, f"the update of {e!r}")
+            def run(ds: DiscreteValues, e: Event = e) -> Any:
+                new, status = split_status(_call(self, e.callback, context, ds), DISCRETE_UPDATE)
+                new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
+                return _applied(status, new, ds), status
 
-            ds = cond_or_call(active, run, lambda ds: ds, ds)
-        return ds
+            ds, status = _gated_call(active, run, ds)
+            statuses.append(status)
+        return _with_status(ds, statuses)
 
-    def do_calc_unrestricted_update(self, context: Context, events: EventCollection, state: State) -> State:
+    def do_calc_unrestricted_update(self, context: Context, events: EventCollection, state: State) -> Any:
         """Handle the simultaneous unrestricted-update events (Drake: ``DoCalcUnrestrictedUpdate``).
 
-        Default: each active event's ``callback(context, state_so_far) -> State`` in order.
+        Default: each active event's ``callback(context, state_so_far) -> State`` in order; statuses as
+        in :meth:`do_calc_discrete_variable_updates`.
         """
-        from .dispatch import check_state, cond_or_call
+        from .dispatch import check_state
 
         st = state
+        statuses = []
         for e, active in events:
             if e.callback is None:
                 continue
 
-            def run(st: State, e: Event = e) -> State:
-                return check_state(self, _call(self, e.callback, context, st), st, f"the update of {e!r}")
+            def run(st: State, e: Event = e) -> Any:
+                new, status = split_status(_call(self, e.callback, context, st), UNRESTRICTED_UPDATE)
+                new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
+                return _applied(status, new, st), status
 
-            st = cond_or_call(active, run, lambda st: st, st)
-        return st
+            st, status = _gated_call(active, run, st)
+            statuses.append(status)
+        return _with_status(st, statuses)
 
     # ===== declarations: constraints =============================================================
     def declare_equality_constraint(

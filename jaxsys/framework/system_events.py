@@ -120,34 +120,71 @@ class SystemEvents(eqx.Module):
         return self.calc_unrestricted_update(context)
 
     def calc_next_update_time(self, context: Context) -> tuple[jax.Array, CompositeEventCollection]:
-        """The next periodic event time strictly after the context's time, and the events due then
-        (Drake: ``CalcNextUpdateTime``). Events due within a relative 1e-12 are simultaneous.
-        Returns (inf, empty collection) when the system has no periodic events."""
-        from .events import KINDS, EventCollection, _time_tolerance
+        """The next event time strictly after the context's time (periodic events) or at or after it
+        (events a leaf schedules with ``do_calc_next_update_time``), and the events due then (Drake:
+        ``CalcNextUpdateTime``). Events due within a relative 1e-12 are simultaneous. Returns (inf,
+        empty collection) when nothing is scheduled."""
+        from .dispatch import event_leaves, leaf_contexts_with_inputs, leaf_next_time, timed_leaves
+        from .events import KINDS, EventCollection, TriggerType, _time_tolerance
 
         self.validate_context(context)
         periodic = self._events_where(lambda e: e.is_periodic())
+        timed = self._events_where(lambda e: e.trigger is TriggerType.TIMED)
         t = context.get_time()
-        if not periodic:
+        times = [e.occurrence(e.next_time_index(t, inclusive=False), t.dtype) for e in periodic]
+        candidates = list(periodic)
+        custom = timed_leaves(self)
+        if custom:
+            leaves, ctxs = event_leaves(self), leaf_contexts_with_inputs(self, context)
+            flags = jnp.zeros((len(timed),), bool)
+            times_t = jnp.full((len(timed),), jnp.inf, t.dtype)
+            for li in custom:
+                t_i, f_i = leaf_next_time(leaves[li], ctxs[li], timed, t)
+                times_t = jnp.where(f_i, jnp.minimum(times_t, t_i), times_t)
+                flags = flags | f_i
+            times += list(jnp.where(flags, times_t, jnp.inf))
+            candidates += timed
+        if not candidates:
             return jnp.asarray(jnp.inf, t.dtype), CompositeEventCollection()
-        times = jnp.stack([e.occurrence(e.next_time_index(t, inclusive=False), t.dtype) for e in periodic])
-        t_next = jnp.min(times)
-        due = jnp.abs(times - t_next) <= _time_tolerance(t_next)
+        times_ = jnp.stack(times)
+        t_next = jnp.min(times_)
+        due = jnp.isfinite(times_) & (jnp.abs(times_ - t_next) <= _time_tolerance(t_next))
         per = {}
         for k in KINDS:
-            idx = [i for i, e in enumerate(periodic) if e.kind == k]
-            per[k] = EventCollection([periodic[i] for i in idx], due[jnp.asarray(idx, jnp.int32)] if idx else None)
+            idx = [i for i, e in enumerate(candidates) if e.kind == k]
+            per[k] = EventCollection([candidates[i] for i in idx], due[jnp.asarray(idx, jnp.int32)] if idx else None)
         return t_next, CompositeEventCollection(**per)
 
     # ===== witness functions =====================================================================
     def get_witness_functions(self, context: Context) -> list[Any]:
-        """The witness functions of this system and its subsystems (Drake: ``GetWitnessFunctions``)."""
-        from .dispatch import event_leaves, leaf_contexts_with_inputs
+        """The witness functions of this system and its subsystems active in ``context`` (Drake:
+        ``GetWitnessFunctions``). A mode-dependent witness (returned with ``active_if(condition)`` by
+        an overridden ``do_get_witness_functions``) is listed when its condition holds (concrete
+        contexts) or always (traced ones: use :meth:`witness_activity` for the mask)."""
+        witnesses, active = self.witness_activity(context)
+        out = []
+        for w, a in zip(witnesses, active):
+            if isinstance(a, jax.core.Tracer) or bool(a):
+                out.append(w)
+        return out
 
+    def witness_activity(self, context: Context) -> tuple[list[Any], Any]:
+        """Every witness function ``do_get_witness_functions`` may return (in leaf order), and per
+        witness whether it is active in ``context`` (a bool array, possibly traced)."""
         self.validate_context(context)
+        items = self._witness_items(context)
+        witnesses = [w for w, _ in items]
+        active = [jnp.asarray(True) if cond is None else jnp.asarray(cond, bool).reshape(()) for _, cond in items]
+        return witnesses, (jnp.stack(active) if active else jnp.zeros((0,), bool))
+
+    def _witness_items(self, context: Context) -> list[tuple[Any, Any]]:
+        """(witness, activity condition or None) for every item of the leaves' ``do_get_witness_functions``."""
+        from .dispatch import event_leaves, leaf_contexts_with_inputs
+        from .witness import unwrap_witness
+
         out = []
         for leaf, ctx in zip(event_leaves(self), leaf_contexts_with_inputs(self, context)):
-            out.extend(leaf.do_get_witness_functions(ctx))
+            out.extend(unwrap_witness(item) for item in leaf.do_get_witness_functions(ctx))
         return out
 
     def evaluate_witness(self, context: Context, witness: Any) -> jax.Array:

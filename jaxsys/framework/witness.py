@@ -63,9 +63,31 @@ class WitnessFunction:
         """The event fired at a triggering crossing (Drake: ``get_event``)."""
         return self.event
 
+    def active_if(self, condition: Any) -> ConditionalWitness:
+        """This witness, active only where ``condition`` (a bool, possibly traced) holds: what an
+        overridden ``do_get_witness_functions`` returns for a mode-dependent witness (Drake's
+        ``DoGetWitnessFunctions`` returns a context-dependent subset; in a traced loop the subset is
+        a mask). An inactive witness is not monitored for that step."""
+        return ConditionalWitness(self, condition)
+
     def __repr__(self) -> str:
         where = self.system.get_path() if self.system is not None else "?"
         return f"WitnessFunction({self.description!r}, {self.direction.value}, system={where})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ConditionalWitness:
+    """A witness function with an activity condition (see :meth:`WitnessFunction.active_if`)."""
+
+    witness: WitnessFunction
+    condition: Any
+
+
+def unwrap_witness(item: Any) -> tuple[WitnessFunction, Any]:
+    """(witness, activity condition or None) of an item of ``do_get_witness_functions``."""
+    if isinstance(item, ConditionalWitness):
+        return item.witness, item.condition
+    return item, None
 
 
 def _witness_event(kind: str, callback: Callable[..., Any] | None, name: str) -> Event:
