@@ -149,7 +149,7 @@ class Mover(ecs.EcsSystem):
     def update(self, info, world):
         # deliberately writes every row: the runner must keep entities without "vel" unchanged
         pos = world.column("pos") + info.dt * world.column("vel") + 100.0 * (~world.each(["vel"]))[:, None]
-        return world._with_column("pos", ecs.Column(pos, world.components["pos"].present))
+        return world.set_column("pos", pos)
 
 
 def test_required_component_filter():

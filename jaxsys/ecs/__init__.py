@@ -9,10 +9,19 @@ from .systems import (
     PRE_PHYSICS_PRIORITY as PRE_PHYSICS_PRIORITY,
     USER_COMMANDS_PRIORITY as USER_COMMANDS_PRIORITY,
     EcsSystem as EcsSystem,
+    RunnerState as RunnerState,
+    TestFixture as TestFixture,
     UpdateInfo as UpdateInfo,
     configure as configure,
     reset as reset,
     run as run,
     step as step,
+    system_order as system_order,
 )
-from .world import NULL_ENTITY as NULL_ENTITY, Column as Column, World as World, WorldView as WorldView
+from .world import (
+    NULL_ENTITY as NULL_ENTITY,
+    Column as Column,
+    Control as Control,
+    World as World,
+    WorldView as WorldView,
+)

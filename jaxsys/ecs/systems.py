@@ -14,20 +14,26 @@ Update: 0 on a paused start, ``dt`` on an unpaused one; paused steps have dt = 0
 ``sim_time`` nor ``iterations``), then all PreUpdates in priority order (smaller first, ties in the
 order added), all Updates likewise, all PostUpdates, then the world's end of step. A system only
 changes components of entities that have all its ``requires`` components (and entities it creates):
-the runner discards other changes. :func:`run` is one ``lax.scan``.
+the runner discards other changes. :func:`run` is one ``lax.scan`` of gz-sim's runner loop: each pass
+updates the info, runs the phases, pauses at a run-to time or at the end of a multi-step, applies the
+world-control requests the systems made (``world.request_pause()`` etc.), and ends the step; a reset
+request makes the next pass a reset pass (the ``reset`` phase only, on the run's initial world).
+:class:`TestFixture` is gz-sim's test fixture; :func:`system_order` its SystemManager's view.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..framework.errors import JaxsysError
-from .world import Column, World, WorldView
+from .world import NULL_ENTITY, Column, Control, World, WorldView
 
 
 USER_COMMANDS_PRIORITY = -16384
@@ -98,6 +104,11 @@ class EcsSystem(eqx.Module):
         """The components an entity needs for this system to act on it (default: ``requires``)."""
         return tuple(self.requires)
 
+    def get_owner(self) -> Any:
+        """The entity this system is attached to (gz-sim passes it to ``Configure``): a subclass
+        declares an ``owner`` field holding a handle; default ``NULL_ENTITY`` (the world)."""
+        return getattr(self, "owner", NULL_ENTITY)
+
     def configure(self, world: World) -> World:
         """Called once by :func:`configure` before running."""
         return world
@@ -142,15 +153,16 @@ def _guarded(system: EcsSystem, before: World, after: World) -> World:
     for name, col in after.components.items():
         old = before.components[name]
         m = allowed.reshape((-1,) + (1,) * (col.data.ndim - 1))
-        comps[name] = Column(jnp.where(m, col.data, old.data), jnp.where(allowed, col.present, old.present))
-    return World(after.alive, after.new, after.removing, after.parent, comps)
+        comps[name] = Column(
+            jnp.where(m, col.data, old.data),
+            jnp.where(allowed, col.present, old.present),
+            jnp.where(allowed, col.changed, old.changed),
+        )
+    return dataclasses.replace(after, components=comps)
 
 
-def step(
-    world: World, info: UpdateInfo, systems: Sequence[EcsSystem], paused: Any, step_ns: int
-) -> tuple[World, UpdateInfo, tuple[Any, ...]]:
-    """One simulation step: advance info, PreUpdates, Updates, PostUpdates, end of step."""
-    info = info.advanced(paused, step_ns)
+def _phases(world: World, info: UpdateInfo, systems: Sequence[EcsSystem]) -> tuple[World, tuple[Any, ...]]:
+    """PreUpdates, Updates (priority order), PostUpdates (their outputs)."""
     for s in _ordered(systems, "pre_update"):
         world = _guarded(s, world, s.pre_update(info, world))
     for s in _ordered(systems, "update"):
@@ -169,14 +181,88 @@ def step(
                     f"pre_update or update."
                 )
             outputs.append(out)
-    return world.end_of_step(), info, tuple(outputs)
+    return world, tuple(outputs)
 
 
-def configure(world: World, systems: Sequence[EcsSystem]) -> World:
-    """Call every system's ``configure`` in priority order (gz-sim: after loading, before running)."""
-    for s in _ordered(systems, "configure"):
-        world = s.configure(world)
-    return world
+def step(
+    world: World, info: UpdateInfo, systems: Sequence[EcsSystem], paused: Any, step_ns: int
+) -> tuple[World, UpdateInfo, tuple[Any, ...]]:
+    """One simulation step: advance info, PreUpdates, Updates, PostUpdates, end of step (world-control
+    requests are left in ``world.control``; :func:`run` applies them)."""
+    info = info.advanced(paused, step_ns)
+    world, outputs = _phases(world, info, systems)
+    return world.end_of_step(), info, outputs
+
+
+class RunnerState(eqx.Module):
+    """The runner's own state between steps (gz-sim's SimulationRunner): `paused`, `pending` (steps
+    left of a multi-step), `run_to` (int32 [sec, nsec] to pause at; [-1, 0] none), `rewind` (the next
+    pass is a reset)."""
+
+    paused: jax.Array
+    pending: jax.Array
+    run_to: jax.Array
+    rewind: jax.Array
+
+
+def _time_reached(info: UpdateInfo, run_to: jax.Array) -> jax.Array:
+    return (run_to[0] >= 0) & (
+        (info.sim_sec > run_to[0]) | ((info.sim_sec == run_to[0]) & (info.sim_nsec >= run_to[1]))
+    )
+
+
+def _runner_pass(
+    world: World,
+    info: UpdateInfo,
+    rs: RunnerState,
+    systems: Sequence[EcsSystem],
+    step_ns: int,
+    initial: World,
+    forced_pause: Any,
+    outputs_shape: Any,
+    can_reset: bool = True,
+) -> tuple[World, UpdateInfo, RunnerState, tuple[Any, ...]]:
+    """One iteration of gz-sim's ``SimulationRunner::Run`` loop: update the info (or rewind it), run
+    the phases (or, on a reset pass, only the systems' ``reset``), pause at a run-to time or the end
+    of a multi-step, apply the systems' world-control requests, end the step."""
+    paused = rs.paused if forced_pause is None else jnp.asarray(forced_pause, bool)
+
+    def zeros() -> Any:
+        return jax.tree_util.tree_map(lambda sd: jnp.zeros(sd.shape, sd.dtype), outputs_shape)
+
+    def normal(w: World) -> tuple[World, UpdateInfo, Any]:
+        i = info.advanced(paused, step_ns)
+        w, out = _phases(w, i, systems)
+        return w, i, out
+
+    def rewind(w: World) -> tuple[World, UpdateInfo, Any]:
+        i = UpdateInfo.start(paused)
+        w = w.reset_to(initial)
+        for s in _ordered(systems, "reset"):
+            w = s.reset(i, w)
+        return w, i, zeros()
+
+    if can_reset:
+        world, info, outputs = jax.lax.cond(rs.rewind, rewind, normal, world)
+    else:
+        world, info, outputs = normal(world)
+    c = world.control
+    # run to a time, or a multi-step, ends paused (gz-sim's Step after UpdateSystems)
+    reached = ~paused & _time_reached(info, rs.run_to)
+    paused_next = paused | reached
+    run_to = jnp.where(reached, jnp.array([-1, 0], jnp.int32), rs.run_to)
+    stepping = ~paused & (rs.pending > 0)
+    pending = jnp.where(stepping, rs.pending - 1, rs.pending)
+    paused_next = paused_next | (stepping & (pending <= 0))
+    # the systems' requests (gz-sim's ProcessWorldControl): play/pause, then a multi-step while paused
+    paused_next = jnp.where(c.pause >= 0, c.pause > 0, paused_next)
+    start_steps = paused_next & (c.multi_step > 0)
+    pending = jnp.where(start_steps, pending + c.multi_step, pending)
+    paused_next = paused_next & ~start_steps
+    world = world.end_of_step()
+    stopped = c.stopped | c.stop
+    world = dataclasses.replace(world, control=dataclasses.replace(Control.none(), stopped=stopped))
+    return world, info, RunnerState(paused_next, pending, run_to, c.reset), outputs
 
 
 def run(
@@ -186,34 +272,132 @@ def run(
     step_size: float = 1e-3,
     paused: Any = False,
     info: UpdateInfo | None = None,
+    run_to_sim_time: float | None = None,
+    multi_step: int = 0,
+    initial_world: World | None = None,
 ) -> tuple[World, UpdateInfo, tuple[Any, ...]]:
-    """Run ``num_steps`` steps as one ``lax.scan``.
+    """Run ``num_steps`` passes of gz-sim's runner loop as one ``lax.scan``.
 
     **Arguments:**
-    - `paused`: a bool, or a bool array of length ``num_steps`` (pausing may change per step).
+    - `paused`: start paused (a bool, possibly traced), or a bool array of length ``num_steps``
+      that forces the paused state of each step (an external schedule; the runner's own pause state
+      is then not used).
     - `step_size`: s; kept as integer nanoseconds.
     - `info`: continue from this UpdateInfo (default: a fresh start).
+    - `run_to_sim_time`: play until the simulation time reaches this (s), then pause (gz-sim
+      WorldControl ``run_to_sim_time``).
+    - `multi_step`: while paused, take this many steps and pause again (WorldControl ``multi_step``).
+    - `initial_world`: the world a reset request rewinds to (default: ``world``).
+
+    Systems may request pause / play / multi-step / reset / stop from ``pre_update`` or ``update``
+    (``world.request_pause()`` etc.); the runner applies them at the end of that step, in gz-sim's
+    order. A reset pass runs only the systems' ``reset`` phase (its outputs are zeros); after a stop
+    the remaining passes change nothing (their outputs are zeros) and ``world.control.stopped`` is set.
 
     Returns (final world, final info, outputs): one entry per system with ``post_update``, each with a
     leading axis of length ``num_steps``.
     """
+    if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 0:
+        raise JaxsysError(f"run: num_steps must be an int >= 0 (a static count of passes); got {num_steps!r}.")
     step_ns = int(round(step_size * _NS))
     if not 0 < step_ns < 2**31:
         raise JaxsysError(f"run: step_size must be in (0, 2.1) s; got {step_size}.")
-    paused = jnp.broadcast_to(jnp.asarray(paused, bool), (num_steps,))
-    info = (
-        info
-        if info is not None
-        else UpdateInfo.start(bool(paused[0]) if not isinstance(paused, jax.core.Tracer) else True)
+    schedule = None
+    if jnp.ndim(paused) == 0:
+        start_paused = jnp.asarray(paused, bool)
+    else:
+        schedule = jnp.asarray(paused, bool)
+        if schedule.shape != (num_steps,):
+            raise JaxsysError(
+                f"run: paused must be a bool or a bool array of length num_steps={num_steps}; got shape "
+                f"{schedule.shape}."
+            )
+        start_paused = schedule[0] if num_steps else jnp.asarray(True)
+    if info is None:
+        info = UpdateInfo.start(start_paused)
+    run_to = jnp.array([-1, 0], jnp.int32)
+    if run_to_sim_time is not None:
+        ns = int(round(float(run_to_sim_time) * _NS))
+        run_to = jnp.array([ns // _NS, ns % _NS], jnp.int32)
+        start_paused = jnp.asarray(False)
+    rs = RunnerState(
+        start_paused & ~(jnp.asarray(multi_step) > 0),
+        jnp.asarray(multi_step, jnp.int32),
+        run_to,
+        jnp.asarray(False),
     )
+    initial = world if initial_world is None else initial_world
+    # one abstract trace of the phases: the outputs' shapes, and whether any system can request a
+    # reset or a stop at all (an untouched request is the very input array), so runs without those
+    # requests carry no reset or stop logic (under vmap it would be computed every step)
+    touched: dict[str, bool] = {}
 
-    def body(carry: tuple[World, UpdateInfo], p: Any) -> tuple[tuple[World, UpdateInfo], Any]:
-        w, i = carry
-        w, i, out = step(w, i, systems, p, step_ns)
-        return (w, i), out
+    def probe(w: World, i: UpdateInfo) -> Any:
+        w2, out = _phases(w, i.advanced(False, step_ns), systems)
+        touched["reset"] = w2.control.reset is not w.control.reset
+        touched["stop"] = w2.control.stop is not w.control.stop
+        return out
 
-    (world, info), outputs = jax.lax.scan(body, (world, info), paused)
+    outputs_shape = jax.eval_shape(probe, world, info)
+    can_reset, can_stop = touched["reset"], touched["stop"] or bool(_concrete_true(world.control.stopped))
+    if num_steps == 0:
+        empty = jax.tree_util.tree_map(lambda sd: jnp.zeros((0,) + sd.shape, sd.dtype), outputs_shape)
+        return world, info, empty
+
+    def body(carry: Any, p: Any) -> tuple[Any, Any]:
+        w, i, r = carry
+
+        def skip() -> Any:
+            return (w, i, r), jax.tree_util.tree_map(lambda sd: jnp.zeros(sd.shape, sd.dtype), outputs_shape)
+
+        def go() -> Any:
+            forced = p if schedule is not None else None
+            w2, i2, r2, out = _runner_pass(w, i, r, systems, step_ns, initial, forced, outputs_shape, can_reset)
+            return (w2, i2, r2), out
+
+        return jax.lax.cond(w.control.stopped, skip, go) if can_stop else go()
+
+    xs = schedule if schedule is not None else jnp.zeros((num_steps,), bool)
+    (world, info, _), outputs = jax.lax.scan(body, (world, info, rs), xs)
     return world, info, outputs
+
+
+def configure(world: World, systems: Sequence[EcsSystem]) -> World:
+    """Check each system's owner entity exists, then call every system's ``configure`` in priority
+    order (gz-sim: after loading, before running)."""
+    for s in systems:
+        owner = s.get_owner()
+        if not (isinstance(owner, int) and owner == NULL_ENTITY):
+            ok = world.exists(owner)
+            if not isinstance(ok, jax.core.Tracer) and not bool(ok):
+                raise JaxsysError(
+                    f"configure: {type(s).__name__}'s owner entity {int(owner)} does not exist in the world."
+                )
+    for s in _ordered(systems, "configure"):
+        world = s.configure(world)
+    return world
+
+
+def _concrete_true(x: Any) -> bool:
+    """True if ``x`` is known (not traced) and true."""
+    if isinstance(x, jax.core.Tracer):
+        return True  # (unknown: assume it may be)
+    return bool(np.asarray(x))
+
+
+def system_order(systems: Sequence[EcsSystem]) -> dict[str, list[str]]:
+    """Which systems run in each phase, in the order they run (gz-sim's SystemManager views
+    ``SystemsPreUpdate`` / ``SystemsUpdate`` / ``SystemsPostUpdate``, ``SystemsReset``,
+    ``SystemsConfigure``): phase -> names (the class name, or a system's ``name`` attribute)."""
+
+    def name(s: EcsSystem) -> str:
+        return str(getattr(s, "name", type(s).__name__))
+
+    out = {}
+    for phase in ("configure", "pre_update", "update", "reset"):
+        out[phase] = [name(s) for s in _ordered(systems, phase)]
+    out["post_update"] = [name(s) for s in systems if _implements(s, "post_update")]
+    return out
 
 
 def reset(initial_world: World, systems: Sequence[EcsSystem]) -> tuple[World, UpdateInfo]:
@@ -224,3 +408,87 @@ def reset(initial_world: World, systems: Sequence[EcsSystem]) -> tuple[World, Up
     for s in _ordered(systems, "reset"):
         world = s.reset(info, world)
     return world, info
+
+
+class _Hooks(EcsSystem):
+    """An EcsSystem made of hook functions (see :class:`TestFixture`)."""
+
+    hooks: dict[str, Any] = eqx.field(static=True)
+    name: str = eqx.field(static=True)
+    prio: int = eqx.field(static=True)
+
+    @property
+    def priority(self) -> int:  # type: ignore[override]
+        return self.prio
+
+    def pre_update(self, info: UpdateInfo, world: World) -> World:
+        return self.hooks["pre_update"](info, world)
+
+    def update(self, info: UpdateInfo, world: World) -> World:
+        return self.hooks["update"](info, world)
+
+    def post_update(self, info: UpdateInfo, view: WorldView) -> Any:
+        return self.hooks["post_update"](info, view)
+
+    def reset(self, info: UpdateInfo, world: World) -> World:
+        return self.hooks["reset"](info, world)
+
+
+def _hook_system(hooks: dict[str, Any], priority: int) -> EcsSystem:
+    """A system implementing exactly the phases in ``hooks``."""
+    methods = {phase: getattr(_Hooks, phase) for phase in hooks}
+    cls = type("HookSystem", (_Hooks,), {k: v for k, v in methods.items()})
+    # phases without a hook fall back to EcsSystem's (so the runner skips them)
+    for phase in ("pre_update", "update", "post_update", "reset"):
+        if phase not in hooks:
+            setattr(cls, phase, getattr(EcsSystem, phase))
+    return cls(hooks=dict(hooks), name="fixture", prio=priority)
+
+
+class TestFixture:
+    """gz-sim's ``TestFixture`` for users' tests: a world, its systems, and hook functions per phase
+    (``on_pre_update(f)``, ``on_update(f)``, ``on_post_update(f)``, ``on_reset(f)``; pure functions with
+    the phase's signature), run for N steps; then inspect ``fixture.world``, ``fixture.info`` and
+    ``fixture.outputs`` (the hook's post_update outputs last). The hooks run as one system of
+    ``priority`` (default: ``DEFAULT_PRIORITY``). Each ``run`` continues from the last one."""
+
+    __test__ = False  # (not a pytest test class)
+
+    def __init__(self, world: World, systems: Sequence[EcsSystem] = (), priority: int = DEFAULT_PRIORITY) -> None:
+        self.world = configure(world, systems)
+        self.systems = list(systems)
+        self.priority = priority
+        self.hooks: dict[str, Any] = {}
+        self.info: UpdateInfo | None = None
+        self.outputs: tuple[Any, ...] = ()
+
+    def _on(self, phase: str, fn: Any) -> TestFixture:
+        if not callable(fn):
+            raise JaxsysError(f"TestFixture.on_{phase}: expected a function; got {fn!r}.")
+        self.hooks[phase] = fn
+        return self
+
+    def on_pre_update(self, fn: Any) -> TestFixture:
+        """``fn(info, world) -> world`` in PreUpdate (gz: ``OnPreUpdate``)."""
+        return self._on("pre_update", fn)
+
+    def on_update(self, fn: Any) -> TestFixture:
+        """``fn(info, world) -> world`` in Update (gz: ``OnUpdate``)."""
+        return self._on("update", fn)
+
+    def on_post_update(self, fn: Any) -> TestFixture:
+        """``fn(info, view) -> outputs`` in PostUpdate (gz: ``OnPostUpdate``); its outputs, one per
+        step, are ``fixture.outputs[-1]``."""
+        return self._on("post_update", fn)
+
+    def on_reset(self, fn: Any) -> TestFixture:
+        """``fn(info, world) -> world`` on a reset."""
+        return self._on("reset", fn)
+
+    def run(self, num_steps: int, **kwargs: Any) -> TestFixture:
+        """Run ``num_steps`` steps (keyword arguments as :func:`run`); returns the fixture."""
+        systems = list(self.systems)
+        if self.hooks:
+            systems.append(_hook_system(self.hooks, self.priority))
+        self.world, self.info, self.outputs = run(self.world, systems, num_steps, info=self.info, **kwargs)
+        return self

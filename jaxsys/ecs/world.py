@@ -1,12 +1,31 @@
 """The World: entities and components as struct-of-arrays pytrees (gz-sim's EntityComponentManager).
 
-An entity is a slot index in ``[0, capacity)``. Each component type is a :class:`Column`: a data array
+An entity lives in a slot of ``[0, capacity)``. Each component type is a :class:`Column`: a data array
 with one row per slot and a presence mask. Everything is arrays of static shape, so a World passes
 through ``jit``, batches under ``vmap`` and differentiates with respect to float component data.
+
+**Entity handles are generational.** gz-sim never reuses an entity id; a World reuses slots, so the
+handle of an entity is ``generation * capacity + slot``, where the slot's generation grows each time an
+entity is removed from it. A handle kept after its entity was removed (stale), ``NULL_ENTITY``, or a
+number that was never a handle does not name any entity, whatever now lives in that slot:
+
+* reads (:meth:`World.component`) raise an error naming the operation (eagerly, or inside ``jit`` with
+  ``equinox.error_if``); :meth:`World.try_component` returns ``(value, found)`` instead (zeros when not
+  found, never NaN); :meth:`World.has_component` and :meth:`World.exists` say False;
+* writes and removal requests (:meth:`World.create_component`, :meth:`World.remove_component`,
+  :meth:`World.request_remove_entity`, :meth:`World.set_parent`) change nothing: called eagerly they
+  raise a :class:`~jaxsys.JaxsysError`; inside ``jit`` they are no-ops counted in
+  ``world.invalid_operations``.
+
+The first generation's handles equal the slots (a fresh world's entity 3 is slot 3).
 
 gz-sim semantics kept: a created entity is visible at once and counts as *new* until the end of the
 step; removal is a request carried out at the end of the step (recursive over children by default);
 ``each`` includes entities marked for removal; running out of capacity is an error (``error_if``).
+Change tracking (gz-sim's ``ComponentState``): every write of a component marks it changed for that
+entity until the end of the step, as a one-time change (``OneTimeChange``, the default) or, when the
+writer says so, a periodic one (``PeriodicChange``: e.g. a pose that changes every step);
+:meth:`World.each_changed` selects either or both.
 """
 
 from __future__ import annotations
@@ -18,6 +37,7 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..framework.errors import JaxsysError
 
@@ -26,18 +46,62 @@ Array = jax.Array
 NULL_ENTITY = -1
 
 
+def _concrete(x: Any) -> Any:
+    """The value of ``x`` as NumPy if it is known here (not traced), else None."""
+    if isinstance(x, jax.core.Tracer):
+        return None
+    try:
+        return np.asarray(x)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class Column(eqx.Module):
-    """One component type: ``data`` (capacity, *shape) and ``present`` (capacity,)."""
+    """One component type: ``data`` (capacity, *shape), ``present`` (capacity,) and ``changed``
+    (int8, capacity): 0 unchanged, 1 periodic change, 2 one-time change this step (gz-sim's
+    ``ComponentState``; the stronger of the step's writes), cleared at the end of the step."""
 
     data: Array
     present: Array
+    changed: Array
+
+
+def _mark(changed: Array, where: Array, periodic: bool) -> Array:
+    """Change flags raised to periodic (1) or one-time (2) where ``where`` (the stronger one wins)."""
+    level = jnp.int8(1 if periodic else 2)
+    return jnp.where(where, jnp.maximum(changed, level), changed).astype(jnp.int8)
+
+
+class Control(eqx.Module):
+    """World-control requests systems make during a step, applied by the runner at the step's end
+    (gz-sim's WorldControl / ``events::Pause`` / ``events::Stop``), and whether the run stopped.
+
+    **Fields:** `pause` (int32: -1 no request, 0 play, 1 pause), `multi_step` (int32: steps to take
+    while paused), `reset` (bool: rewind to the run's initial world), `stop` (bool: end the run),
+    `stopped` (bool: a stop was carried out; later steps of the run do nothing).
+    """
+
+    pause: Array
+    multi_step: Array
+    reset: Array
+    stop: Array
+    stopped: Array
+
+    @staticmethod
+    def none() -> Control:
+        """No requests."""
+        f = jnp.zeros((), bool)
+        return Control(jnp.full((), -1, jnp.int32), jnp.zeros((), jnp.int32), f, f, f)
 
 
 class World(eqx.Module):
     """Entities (slots) and their components.
 
-    **Fields:** `alive`, `new`, `removing` (bool, capacity), `parent` (int32, capacity; -1 none),
-    `components` (name -> :class:`Column`; the names are static structure).
+    **Fields:** `alive`, `new`, `removing` (bool, capacity), `parent` (int32 handles, capacity;
+    ``NULL_ENTITY`` none), `generation` (int32, capacity: how many entities each slot has held and
+    lost), `components` (name -> :class:`Column`; the names are static structure),
+    `invalid_operations` (int32: writes or removals with a handle that names no entity, made inside
+    ``jit``, which did nothing), `control` (:class:`Control`: world-control requests of this step).
     """
 
     alive: Array
@@ -45,6 +109,9 @@ class World(eqx.Module):
     removing: Array
     parent: Array
     components: dict[str, Column]
+    generation: Array
+    invalid_operations: Array
+    control: Control
 
     @staticmethod
     def empty(capacity: int, components: Mapping[str, Any]) -> World:
@@ -52,14 +119,24 @@ class World(eqx.Module):
 
         ``components``: name -> an example value (its shape and dtype define the column).
         """
-        if capacity <= 0:
-            raise JaxsysError(f"World.empty: capacity must be > 0; got {capacity}.")
+        if not isinstance(capacity, (int, np.integer)) or capacity <= 0:
+            raise JaxsysError(f"World.empty: capacity must be a positive int; got {capacity!r}.")
         cols = {}
         for name, example in components.items():
             ex = jnp.asarray(example)
-            cols[name] = Column(jnp.zeros((capacity,) + ex.shape, ex.dtype), jnp.zeros((capacity,), bool))
+            z = jnp.zeros((capacity,), bool)
+            cols[name] = Column(jnp.zeros((capacity,) + ex.shape, ex.dtype), z, jnp.zeros((capacity,), jnp.int8))
         z = jnp.zeros((capacity,), bool)
-        return World(z, z, z, jnp.full((capacity,), NULL_ENTITY, jnp.int32), cols)
+        return World(
+            z,
+            z,
+            z,
+            jnp.full((capacity,), NULL_ENTITY, jnp.int32),
+            cols,
+            jnp.zeros((capacity,), jnp.int32),
+            jnp.zeros((), jnp.int32),
+            Control.none(),
+        )
 
     @property
     def capacity(self) -> int:
@@ -73,80 +150,249 @@ class World(eqx.Module):
             )
         return self.components[name]
 
+    # ----- handles ----------------------------------------------------------------------------
+    def handles(self) -> Array:
+        """The handle of the entity in each slot (int32, capacity); meaningful where ``alive``."""
+        return self.generation * self.capacity + jnp.arange(self.capacity, dtype=jnp.int32)
+
+    def slot_of(self, entity: Any) -> tuple[Array, Array]:
+        """``(slot, exists)`` of a handle: the slot it names, and whether that slot holds this very
+        entity (alive, same generation; entities marked for removal still exist until the step ends)."""
+        h = jnp.asarray(entity)
+        if not jnp.issubdtype(h.dtype, jnp.integer) or h.shape != ():
+            raise JaxsysError(
+                f"World: an entity handle is an integer scalar (from create_entity); got {h.dtype}{h.shape}."
+            )
+        h = h.astype(jnp.int32)
+        cap = self.capacity
+        slot = jnp.where(h >= 0, h % cap, 0).astype(jnp.int32)
+        exists = (h >= 0) & self.alive[slot] & (self.generation[slot] == h // cap)
+        return slot, exists
+
+    def exists(self, entity: Any) -> Array:
+        """Whether ``entity`` names an existing entity (False for stale handles and NULL_ENTITY)."""
+        return self.slot_of(entity)[1]
+
+    def _check(self, entity: Any, exists: Array, what: str) -> None:
+        """Raise now if ``exists`` is known to be False (an eager call)."""
+        known = _concrete(exists)
+        if known is not None and not bool(known):
+            e = _concrete(entity)
+            raise JaxsysError(
+                f"World.{what}: entity {int(e) if e is not None else '?'} does not exist (never created, already "
+                f"removed — a stale handle whose slot may now hold another entity — or NULL_ENTITY). Handles from "
+                f"create_entity stay valid until the entity's removal is carried out at the end of a step."
+            )
+
+    def _invalid(self, exists: Array) -> Array:
+        return self.invalid_operations + (~exists).astype(jnp.int32)
+
     # ----- entities ---------------------------------------------------------------------------
     def create_entity(self, parent: Any = NULL_ENTITY) -> tuple[World, Array]:
-        """A new entity in the first free slot: visible at once, *new* until the end of the step
-        (gz-sim ``CreateEntity``). Raises (inside ``jit`` via ``error_if``) when the world is full."""
+        """A new entity in the first free slot, child of ``parent`` (a handle, or NULL_ENTITY): visible
+        at once, *new* until the end of the step (gz-sim ``CreateEntity``). Returns (world, handle).
+        Errors (eagerly, or inside ``jit`` via ``error_if``): the world is full; ``parent`` names no
+        entity."""
         free = ~self.alive
         idx = jnp.argmax(free).astype(jnp.int32)
         idx = eqx.error_if(
             idx, ~jnp.any(free), f"World is full: all {self.capacity} entity slots are in use (raise the capacity)."
+        )
+        parent = jnp.asarray(parent, jnp.int32)
+        p_ok = (parent == NULL_ENTITY) | self.exists(parent)
+        known = _concrete(p_ok)
+        if known is not None and not bool(known):
+            raise JaxsysError(
+                f"World.create_entity: parent {int(parent)} does not exist (a stale or invalid handle); pass a "
+                f"handle from create_entity, or NULL_ENTITY for none."
+            )
+        idx = eqx.error_if(idx, ~p_ok, "World.create_entity: the parent entity does not exist (stale or invalid).")
+        gen = self.generation[idx]
+        limit = (2**31 - 1) // self.capacity
+        idx = eqx.error_if(
+            idx, gen >= limit, f"World: a slot was reused {limit} times; entity handles would overflow int32."
         )
         world = dataclasses.replace(
             self,
             alive=self.alive.at[idx].set(True),
             new=self.new.at[idx].set(True),
             removing=self.removing.at[idx].set(False),
-            parent=self.parent.at[idx].set(jnp.asarray(parent, jnp.int32)),
-            components={k: Column(c.data, c.present.at[idx].set(False)) for k, c in self.components.items()},
+            parent=self.parent.at[idx].set(parent),
+            components={
+                k: Column(c.data, c.present.at[idx].set(False), c.changed.at[idx].set(0))
+                for k, c in self.components.items()
+            },
         )
-        return world, idx
+        return world, gen * self.capacity + idx
 
-    def create_entities(self, count: int) -> tuple[World, Array]:
-        """``count`` new entities (static count); returns their slots."""
+    def create_entities(self, count: int, parent: Any = NULL_ENTITY) -> tuple[World, Array]:
+        """``count`` new entities (static count); returns their handles."""
         world, ids = self, []
         for _ in range(count):
-            world, i = world.create_entity()
+            world, i = world.create_entity(parent)
             ids.append(i)
         return world, jnp.stack(ids)
 
-    def request_remove_entity(self, entity: Any, recursive: bool = True, max_depth: int = 16) -> World:
-        """Mark ``entity`` (and, if ``recursive``, its descendants) for removal at the end of the step
-        (gz-sim ``RequestRemoveEntity``)."""
-        removing = self.removing.at[entity].set(self.alive[entity] | self.removing[entity])
-        if recursive:
-            for _ in range(max_depth):
-                has_parent = self.parent >= 0
-                removing = removing | (has_parent & removing[jnp.clip(self.parent, 0)] & self.alive)
-        return dataclasses.replace(self, removing=removing)
+    def _parent_slots(self) -> tuple[Array, Array]:
+        """Per slot: the parent's slot, and whether the parent exists (a removed parent's handle is
+        stale and names nothing, whatever reuses its slot)."""
+        cap = self.capacity
+        p = self.parent
+        pslot = jnp.where(p >= 0, p % cap, 0)
+        ok = (p >= 0) & self.alive[pslot] & (self.generation[pslot] == p // cap)
+        return pslot, ok
 
-    def request_remove_where(self, mask: Array, recursive: bool = True, max_depth: int = 16) -> World:
-        """Mark every entity where ``mask`` is true (vectorised ``RequestRemoveEntity``)."""
+    def _with_descendants(self, removing: Array) -> Array:
+        """``removing`` with every descendant of a marked entity marked too."""
+        pslot, ok = self._parent_slots()
+
+        def body(c: tuple[Array, Array]) -> tuple[Array, Array]:
+            r, _ = c
+            r_new = r | (ok & r[pslot] & self.alive)
+            return r_new, jnp.any(r_new != r)
+
+        # (one pass per generation of the family tree, until nothing changes)
+        return jax.lax.while_loop(lambda c: c[1], body, (removing, jnp.array(True)))[0]
+
+    def request_remove_entity(self, entity: Any, recursive: bool = True) -> World:
+        """Mark ``entity`` (and, if ``recursive``, its descendants) for removal at the end of the step
+        (gz-sim ``RequestRemoveEntity``). A handle that names no entity: an error eagerly, a counted
+        no-op inside ``jit``."""
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, "request_remove_entity")
+        removing = self.removing.at[slot].set(self.removing[slot] | ok)
+        if recursive:
+            removing = self._with_descendants(removing)
+        return dataclasses.replace(self, removing=removing, invalid_operations=self._invalid(ok))
+
+    def request_remove_where(self, mask: Array, recursive: bool = True) -> World:
+        """Mark every entity where ``mask`` (per slot) is true (vectorised ``RequestRemoveEntity``)."""
         removing = self.removing | (mask & self.alive)
         if recursive:
-            for _ in range(max_depth):
-                removing = removing | ((self.parent >= 0) & removing[jnp.clip(self.parent, 0)] & self.alive)
+            removing = self._with_descendants(removing)
         return dataclasses.replace(self, removing=removing)
 
-    # ----- components -------------------------------------------------------------------------
-    def create_component(self, entity: Any, name: str, value: Any) -> World:
-        """Give ``entity`` component ``name`` with ``value`` (gz-sim ``CreateComponent``); an error if
-        the entity does not exist."""
-        col = self._column(name)
-        entity = eqx.error_if(
-            jnp.asarray(entity, jnp.int32), ~self.alive[entity], f"create_component({name!r}): no such entity."
+    def parent_of(self, entity: Any) -> Array:
+        """The parent's handle (NULL_ENTITY for none, or when the parent was removed)."""
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, "parent_of")
+        _, p_ok = self._parent_slots()
+        return jnp.where(ok & p_ok[slot], self.parent[slot], NULL_ENTITY)
+
+    def set_parent(self, entity: Any, parent: Any) -> World:
+        """Re-parent ``entity`` under ``parent`` (a handle or NULL_ENTITY) (gz-sim ``SetParentEntity``).
+        Refused (error eagerly, counted no-op inside ``jit``) when either names no entity or when
+        ``parent`` is ``entity`` or one of its descendants (a cycle)."""
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, "set_parent")
+        parent = jnp.asarray(parent, jnp.int32)
+        pslot, p_exists = self.slot_of(parent)
+        is_null = parent == NULL_ENTITY
+        self._check(parent, is_null | p_exists, "set_parent (its parent argument)")
+        below = self._with_descendants(jnp.zeros_like(self.alive).at[slot].set(True))  # entity and descendants
+        cycle = ~is_null & below[pslot]
+        known = _concrete(cycle)
+        if known is not None and bool(known):
+            raise JaxsysError(
+                f"World.set_parent: entity {int(parent)} is {int(entity)} itself or one of its descendants; "
+                f"re-parenting would make a cycle."
+            )
+        valid = ok & (is_null | p_exists) & ~cycle
+        new_parent = jnp.where(valid, parent, self.parent[slot])
+        return dataclasses.replace(
+            self, parent=self.parent.at[slot].set(new_parent), invalid_operations=self._invalid(valid)
         )
-        data = col.data.at[entity].set(jnp.asarray(value, col.data.dtype))
-        return self._with_column(name, Column(data, col.present.at[entity].set(True)))
+
+    # ----- components -------------------------------------------------------------------------
+    def _checked_value(self, name: str, value: Any, what: str) -> Array:
+        col = self._column(name)
+        v = jnp.asarray(value)
+        shape = tuple(col.data.shape[1:])
+        if tuple(v.shape) != shape:
+            raise JaxsysError(
+                f"World.{what}: component {name!r} has shape {shape}; the value has shape {tuple(v.shape)} (no "
+                f"broadcasting: give the full value)."
+            )
+        if jnp.iscomplexobj(v) and not jnp.issubdtype(col.data.dtype, jnp.complexfloating):
+            raise JaxsysError(
+                f"World.{what}: component {name!r} has dtype {col.data.dtype}; the value is complex ({v.dtype})."
+            )
+        return v.astype(col.data.dtype)
+
+    def create_component(self, entity: Any, name: str, value: Any, periodic: bool = False) -> World:
+        """Give ``entity`` component ``name`` with ``value`` (gz-sim ``CreateComponent``; also sets an
+        existing one, marking it changed: one-time, or ``periodic``). The value's shape must be the
+        component's. A handle that names no entity: an error eagerly, a counted no-op inside ``jit``."""
+        col = self._column(name)
+        v = self._checked_value(name, value, f"create_component(entity, {name!r})")
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, f"create_component(entity, {name!r})")
+        data = col.data.at[slot].set(jnp.where(ok, v, col.data[slot]))
+        present = col.present.at[slot].set(col.present[slot] | ok)
+        changed = col.changed.at[slot].set(_mark(col.changed[slot], ok, periodic))
+        world = self._with_column(name, Column(data, present, changed))
+        return dataclasses.replace(world, invalid_operations=self._invalid(ok))
 
     set_component = create_component
 
     def remove_component(self, entity: Any, name: str) -> World:
         """Remove component ``name`` from ``entity`` (gz-sim ``RemoveComponent``)."""
         col = self._column(name)
-        return self._with_column(name, Column(col.data, col.present.at[entity].set(False)))
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, f"remove_component(entity, {name!r})")
+        present = col.present.at[slot].set(col.present[slot] & ~ok)
+        changed = col.changed.at[slot].set(_mark(col.changed[slot], ok, False))
+        world = self._with_column(name, Column(col.data, present, changed))
+        return dataclasses.replace(world, invalid_operations=self._invalid(ok))
 
     def component(self, entity: Any, name: str) -> Array:
-        """The value of component ``name`` of ``entity`` (gz-sim ``ComponentData``)."""
-        return self._column(name).data[entity]
+        """The value of component ``name`` of ``entity`` (gz-sim ``ComponentData``). An error (eagerly,
+        or inside ``jit`` via ``error_if``) if the entity does not exist or lacks the component; see
+        :meth:`try_component` for a status instead."""
+        value, found = self.try_component(entity, name)
+        self._check(entity, self.exists(entity), f"component(entity, {name!r})")
+        known = _concrete(found)
+        if known is not None and not bool(known):
+            raise JaxsysError(f"World.component: entity {int(entity)} has no component {name!r}.")
+        return eqx.error_if(
+            value, ~found, f"World.component(entity, {name!r}): the entity does not exist or has no {name!r}."
+        )
+
+    def try_component(self, entity: Any, name: str) -> tuple[Array, Array]:
+        """``(value, found)``: the component's value and whether the entity exists and has it (the
+        value is zeros when not found, never another entity's data)."""
+        col = self._column(name)
+        slot, ok = self.slot_of(entity)
+        found = ok & col.present[slot]
+        value = col.data[slot]
+        return jnp.where(found, value, jnp.zeros_like(value)), found
 
     def has_component(self, entity: Any, name: str) -> Array:
-        """Whether ``entity`` has component ``name`` (gz-sim ``EntityHasComponentType``)."""
-        return self.alive[entity] & self._column(name).present[entity]
+        """Whether ``entity`` exists and has component ``name`` (gz-sim ``EntityHasComponentType``)."""
+        slot, ok = self.slot_of(entity)
+        return ok & self._column(name).present[slot]
 
     def column(self, name: str) -> Array:
         """All rows of component ``name`` (capacity, *shape); rows without the component are meaningless."""
         return self._column(name).data
+
+    def set_column(self, name: str, data: Any, where: Any = None, periodic: bool = False) -> World:
+        """Write rows of component ``name`` from ``data`` (capacity, *shape) for the entities in
+        ``where`` (default: those that have the component), marking them changed (one-time, or
+        ``periodic``); other rows keep their values. Entities in ``where`` without the component get it."""
+        col = self._column(name)
+        data = jnp.asarray(data)
+        if data.shape != col.data.shape:
+            raise JaxsysError(
+                f"World.set_column({name!r}): data of shape {data.shape}; the column has shape {col.data.shape} "
+                f"(capacity {self.capacity} rows of {col.data.shape[1:]})."
+            )
+        mask = self.each([name]) if where is None else jnp.asarray(where, bool) & self.alive
+        m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
+        new = Column(
+            jnp.where(m, data.astype(col.data.dtype), col.data), col.present | mask, _mark(col.changed, mask, periodic)
+        )
+        return self._with_column(name, new)
 
     def _with_column(self, name: str, col: Column) -> World:
         comps = dict(self.components)
@@ -170,36 +416,124 @@ class World(eqx.Module):
         """Entities to be removed at the end of this step having all of ``names`` (gz-sim ``EachRemoved``)."""
         return self.each(names) & self.removing
 
+    def each_changed(self, name: str, kind: str = "any") -> Array:
+        """Entities whose component ``name`` was written (or removed) this step: ``kind`` "any",
+        "one_time" (gz-sim's ``ComponentState::OneTimeChange``) or "periodic" (``PeriodicChange``);
+        cleared at the end of the step."""
+        level = {"any": 1, "periodic": 1, "one_time": 2}.get(kind)
+        if level is None:
+            raise JaxsysError(f"World.each_changed: kind must be 'any', 'one_time' or 'periodic'; got {kind!r}.")
+        c = self._column(name).changed
+        hit = c == 1 if kind == "periodic" else c >= level
+        return self.alive & hit
+
     def count(self, names: Sequence[str] = ()) -> Array:
         """Number of entities having all of ``names``."""
         return jnp.sum(self.each(names))
 
-    def apply(self, names: Sequence[str], fn: Callable[..., Any], outputs: Sequence[str] | None = None) -> World:
+    def apply(
+        self, names: Sequence[str], fn: Callable[..., Any], outputs: Sequence[str] | None = None, periodic: bool = False
+    ) -> World:
         """Vectorised system body: for every entity with all of ``names``, replace the ``outputs``
         columns (default: ``names``) by ``fn(*rows)`` (one row per component), evaluated for all slots
-        with ``vmap`` and committed only where the entity matches."""
+        with ``vmap`` and committed only where the entity matches (marking them changed)."""
         outputs = list(outputs or names)
         mask = self.each(names)
         new = jax.vmap(fn)(*[self._column(n).data for n in names])
         if not isinstance(new, (tuple, list)):
             new = (new,)
+        if len(new) != len(outputs):
+            raise JaxsysError(
+                f"World.apply: fn returned {len(new)} value(s) for {len(outputs)} output component(s) {outputs}."
+            )
         world = self
         for name, value in zip(outputs, new):
             col = world._column(name)
+            value = jnp.asarray(value)
+            if value.shape != col.data.shape:
+                raise JaxsysError(
+                    f"World.apply: fn's value for component {name!r} has per-entity shape {value.shape[1:]}; the "
+                    f"component has shape {col.data.shape[1:]}."
+                )
             m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
             world = world._with_column(
-                name, Column(jnp.where(m, jnp.asarray(value, col.data.dtype), col.data), col.present | mask)
+                name,
+                Column(
+                    jnp.where(m, value.astype(col.data.dtype), col.data),
+                    col.present | mask,
+                    _mark(col.changed, mask, periodic),
+                ),
             )
         return world
 
+    # ----- world control (applied by the runner at the end of the step) ---------------------------
+    def request_pause(self, pause: Any = True) -> World:
+        """Ask the runner to pause (``pause`` True) or play (False) from the next step (gz-sim's
+        ``events::Pause`` / WorldControl ``pause``). May be traced."""
+        p = jnp.asarray(pause, bool).astype(jnp.int32)
+        return dataclasses.replace(self, control=dataclasses.replace(self.control, pause=p))
+
+    def request_multi_step(self, steps: Any) -> World:
+        """While paused, take ``steps`` more steps, then pause again (WorldControl ``multi_step``)."""
+        n = jnp.asarray(steps, jnp.int32)
+        return dataclasses.replace(self, control=dataclasses.replace(self.control, multi_step=n))
+
+    def request_reset(self, reset: Any = True) -> World:
+        """Rewind to the run's initial world at the end of this step (WorldControl ``reset``): the
+        next pass calls the systems' ``reset`` phase only; entities created since the initial world
+        are reported by ``each_removed`` there."""
+        r = self.control.reset | jnp.asarray(reset, bool)
+        return dataclasses.replace(self, control=dataclasses.replace(self.control, reset=r))
+
+    def request_stop(self, stop: Any = True) -> World:
+        """End the run at the end of this step (gz-sim's ``events::Stop``): the run's later steps do
+        nothing and ``world.control.stopped`` is set."""
+        st = self.control.stop | jnp.asarray(stop, bool)
+        return dataclasses.replace(self, control=dataclasses.replace(self.control, stop=st))
+
+    def reset_to(self, initial: World) -> World:
+        """``initial``'s entities and components back (their handles too, as gz-sim's
+        ``ResetTo``), entities created since then kept for this step and marked for removal (so
+        ``each_removed`` reports them), restored entities that did not exist marked new."""
+        same = self.alive & initial.alive & (self.generation == initial.generation)
+        extra = self.alive & ~initial.alive
+        alive = initial.alive | extra
+        comps = {}
+        for k, c in self.components.items():
+            c0 = initial.components[k]
+            m = extra.reshape((-1,) + (1,) * (c.data.ndim - 1))
+            comps[k] = Column(
+                jnp.where(m, c.data, c0.data), jnp.where(extra, c.present, c0.present), alive.astype(jnp.int8) * 2
+            )
+        return dataclasses.replace(
+            self,
+            alive=alive,
+            new=initial.alive & ~same,
+            removing=extra,
+            parent=jnp.where(extra, self.parent, initial.parent),
+            components=comps,
+            generation=jnp.where(extra, self.generation, initial.generation),
+            control=Control.none(),
+        )
+
     # ----- end of step ------------------------------------------------------------------------
     def end_of_step(self) -> World:
-        """Clear *new*, carry out removal requests, drop components of removed entities (the order of
-        gz-sim's ``SimulationRunner::Step``)."""
+        """Clear *new* and the change flags, carry out removal requests, drop components of removed
+        entities and advance the generation of the freed slots (the order of gz-sim's
+        ``SimulationRunner::Step``)."""
+        removed = self.alive & self.removing
         alive = self.alive & ~self.removing
         z = jnp.zeros_like(self.alive)
-        comps = {k: Column(c.data, c.present & alive) for k, c in self.components.items()}
-        return World(alive, z, z, jnp.where(alive, self.parent, NULL_ENTITY), comps)
+        comps = {k: Column(c.data, c.present & alive, jnp.zeros_like(c.changed)) for k, c in self.components.items()}
+        return dataclasses.replace(
+            self,
+            alive=alive,
+            new=z,
+            removing=z,
+            parent=jnp.where(alive, self.parent, NULL_ENTITY),
+            components=comps,
+            generation=self.generation + removed.astype(jnp.int32),
+        )
 
 
 class WorldView(eqx.Module):
@@ -227,6 +561,22 @@ class WorldView(eqx.Module):
     def component(self, entity: Any, name: str) -> Array:
         """See :meth:`World.component`."""
         return self._world.component(entity, name)
+
+    def try_component(self, entity: Any, name: str) -> tuple[Array, Array]:
+        """See :meth:`World.try_component`."""
+        return self._world.try_component(entity, name)
+
+    def exists(self, entity: Any) -> Array:
+        """See :meth:`World.exists`."""
+        return self._world.exists(entity)
+
+    def each_changed(self, name: str, kind: str = "any") -> Array:
+        """See :meth:`World.each_changed`."""
+        return self._world.each_changed(name, kind)
+
+    def handles(self) -> Array:
+        """See :meth:`World.handles`."""
+        return self._world.handles()
 
     def has_component(self, entity: Any, name: str) -> Array:
         """See :meth:`World.has_component`."""
