@@ -20,6 +20,7 @@ import time
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 jax.config.update("jax_enable_x64", True)
@@ -515,6 +516,65 @@ def case_grad():
     ]
 
 
+def case_fit():
+    """S7-fit: fit (l, b) of the pendulum to 50 angle samples with Adam, 300 steps (issue #19):
+    ``js.fit_parameters`` against a hand-written jit + optax loop on the same loss. "compile" is the
+    first call (compiling included), "run" a later call with new initial values."""
+    import optax
+
+    p, ctx = pendulum()
+    integ = js.RungeKutta4Integrator(max_step_size=0.01)
+    ts = np.arange(1, 51) * 0.1
+
+    def with_lb(c, length, b):
+        return c.with_numeric_parameter(0, c.get_numeric_parameter(0).at[1].set(length).at[2].set(b))
+
+    target = js.simulate(p, with_lb(ctx, 1.3, 0.2), 5.0, integ, save_at=ts).ys
+    spec = {"l": js.FitParameter(0, 1, positive=True), "b": js.FitParameter(0, 2, positive=True)}
+    steps = 300
+
+    def ours(start):
+        r = js.fit_parameters(p, ctx, spec, ts, np.asarray(target)[None], initial=start, integrator=integ, steps=steps)
+        return r.params
+
+    opt = optax.adam(0.05)
+
+    def loss(z):
+        length, b = jax.nn.softplus(z[0]), jax.nn.softplus(z[1])
+        return jnp.mean((js.simulate(p, with_lb(ctx, length, b), 5.0, integ, save_at=ts).ys - target) ** 2)
+
+    @jax.jit
+    def step(z, s):
+        value, g = jax.value_and_grad(loss)(z)
+        updates, s = opt.update(g, s, z)
+        return optax.apply_updates(z, updates), s, value
+
+    def hand(start):
+        z = jnp.log(jnp.expm1(jnp.array([start["l"], start["b"]])))
+        s = opt.init(z)
+        history = []
+        for _ in range(steps):
+            z, s, value = step(z, s)
+            history.append(value)
+        return jax.nn.softplus(z), np.asarray(jnp.stack(history))
+
+    def timed(fn):
+        t = time.perf_counter()
+        fn({"l": 1.0, "b": 0.1})
+        first = time.perf_counter() - t
+        runs = []
+        for k in range(3):
+            t = time.perf_counter()
+            fn({"l": 1.0 + 0.01 * k, "b": 0.1})
+            runs.append(time.perf_counter() - t)
+        return first, statistics.median(runs)
+
+    return "S7-fit fit (l, b) with Adam, 300 steps", [
+        ("jaxsys fit_parameters", *timed(ours)),
+        ("hand jit+optax loop", *timed(hand)),
+    ]
+
+
 def case_sampled_pid():
     """S5: double integrator + discrete PID (period 0.01, ZOH), RK4 with h = the period, 5 s."""
     kp, ki, kd, T = 10.0, 1.0, 5.0, 0.01
@@ -748,6 +808,7 @@ def main() -> None:
         ("S2b+", case_dopri_saved),
         ("S2c", case_fixed_rk4_saved),
         ("S7", case_grad),
+        ("S7-fit", case_fit),
         ("S5", case_sampled_pid),
         ("S4", case_bouncing_ball),
         ("S6-1", lambda: case_batch(1)),

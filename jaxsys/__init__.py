@@ -23,6 +23,7 @@ from .analysis.fitting import (
     FitParameter as FitParameter,
     FitResult as FitResult,
     fit_parameters as fit_parameters,
+    set_parameters as set_parameters,
     trajectory_loss as trajectory_loss,
 )
 from .analysis.integrators import (

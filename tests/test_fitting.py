@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 import jaxsys as js
 from jaxsys.analysis.fitting import FitParameter, fit_parameters, set_parameters, trajectory_loss
@@ -83,3 +84,60 @@ def test_loss_gradient_matches_finite_differences():
     g = jax.grad(loss)(1.0)
     fd = (loss(1.0 + 1e-6) - loss(1.0 - 1e-6)) / 2e-6
     np.testing.assert_allclose(g, fd, rtol=1e-6)
+
+
+def smd_experiments(noise, seed):
+    s = SpringMassDamper(has_input=False)
+    base = s.create_default_context()
+    ts = np.linspace(0.1, 4.0, 40)  # NumPy inputs are accepted
+    full = lambda c: c.get_continuous_state_vector()  # noqa: E731
+    ctxs, data = synthetic(s, base, [1.0, 10.0, 0.5], [[1.0, 0.0]], ts, full, noise, seed)
+    return s, ctxs, ts, np.asarray(data), full
+
+
+SPEC = {"k": FitParameter(0, 1, positive=True), "c": FitParameter(0, 2, positive=True)}
+
+
+def test_levenberg_marquardt_and_gauss_newton_recover_exact_parameters():
+    s, ctxs, ts, data, full = smd_experiments(0.0, 0)
+    for method in ("levenberg_marquardt", "gauss_newton"):
+        res = js.fit_parameters(s, ctxs, SPEC, ts, data, initial={"k": 8.0, "c": 0.3}, observe=full, method=method)
+        assert res.converged and res.method == method and res.steps < 30
+        assert abs(res.params["k"] - 10.0) < 1e-7 and abs(res.params["c"] - 0.5) < 1e-7
+        assert res.final_loss < 1e-18
+
+
+def test_standard_errors_match_a_monte_carlo_of_refits():
+    # the covariance s^2 (J^T J)^-1 predicts the spread of refits on independent noisy data sets
+    sigma, fits, predicted = 0.02, [], []
+    s, ctxs, ts, clean, full = smd_experiments(0.0, 0)
+    for seed in range(40):
+        data = clean + sigma * np.asarray(jax.random.normal(jax.random.PRNGKey(seed), clean.shape))
+        res = js.fit_parameters(
+            s, ctxs, SPEC, ts, data, initial={"k": 9.0, "c": 0.4}, observe=full, method="levenberg_marquardt"
+        )
+        fits.append([res.params["k"], res.params["c"]])
+        predicted.append([res.standard_errors["k"], res.standard_errors["c"]])
+        assert res.residual_variance == pytest.approx(sigma**2, rel=0.35)
+    fits = np.asarray(fits)
+    spread = np.std(fits, axis=0, ddof=1)
+    pred = np.mean(np.asarray(predicted), axis=0)
+    # 40 refits estimate a standard deviation to ~11 %: allow 35 %
+    np.testing.assert_allclose(spread / pred, [1.0, 1.0], rtol=0.35)
+    # unbiased: the mean of the refits is the truth within 3 standard errors of a mean of 40
+    assert np.all(np.abs(fits.mean(axis=0) - [10.0, 0.5]) < 3 * pred / np.sqrt(40))
+
+
+def test_adam_stops_at_the_tolerance_with_the_parameters_that_met_it():
+    s, ctxs, ts, data, full = smd_experiments(0.0, 0)
+    res = js.fit_parameters(
+        s, ctxs, SPEC, ts, data, initial={"k": 8.0, "c": 0.3}, observe=full, steps=400, tolerance=1e-4
+    )
+    assert res.converged and res.loss_history[-1] < 1e-4 and np.all(res.loss_history[:-1] >= 1e-4)
+    assert res.final_loss == res.loss_history[-1]
+    # the reported parameters are those whose loss met the tolerance
+    check = js.fit_parameters(s, ctxs, SPEC, ts, data, initial=res.params, observe=full, steps=1)
+    assert check.loss_history[0] == pytest.approx(res.final_loss, rel=1e-9)
+    assert js.set_parameters is set_parameters
+    with pytest.raises(js.JaxsysError, match="method must be"):
+        js.fit_parameters(s, ctxs, SPEC, ts, data, observe=full, method="bfgs")

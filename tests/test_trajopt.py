@@ -2,11 +2,14 @@
 the gradients the optimizers use match finite differences; the augmented Lagrangian solves a
 problem with a known answer."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxsys as js
 from jaxsys.analysis.trajopt import augmented_lagrangian, direct_collocation, direct_shooting, simulate_open_loop
 from jaxsys.examples import CartPole, Pendulum
 
@@ -112,3 +115,24 @@ def test_gradients_used_by_the_optimizers_match_finite_differences():
     for i in range(2):
         e = jnp.zeros(2).at[i].set(1e-6)
         np.testing.assert_allclose(J[:, i], (defect(x1 + e) - defect(x1 - e)) / 2e-6, rtol=1e-6, atol=1e-10)
+
+
+def test_the_plant_is_never_taken_over():
+    # before: a second optimization on the same plant raised "part of another diagram", and a plant
+    # inside the user's own diagram could not be optimized
+    plant, ctx = make(Pendulum)
+    opts = dict(final_cost=lambda x: 10.0 * (x[0] - 0.5) ** 2, outer_iterations=2, inner_iterations=50)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no constraints to converge: only the reuse is tested)
+        first = direct_shooting(plant, ctx, 1.0, 10, effort, **opts)
+        second = direct_shooting(plant, ctx, 1.0, 10, effort, **opts)
+        builder = js.DiagramBuilder()
+        builder.add_system(plant)
+        builder.export_input(plant.get_input_port(0))
+        diagram = builder.build()
+        # the plant, now inside the user's diagram, is still optimized and simulated as itself
+        third = direct_shooting(plant, ctx, 1.0, 10, effort, **opts)
+    np.testing.assert_allclose(second.u, first.u, atol=1e-12)
+    np.testing.assert_allclose(third.u, first.u, atol=1e-12)
+    np.testing.assert_allclose(simulate_open_loop(plant, ctx, third), third.x, atol=1e-6)
+    assert diagram.get_input_port(0).size() == 1

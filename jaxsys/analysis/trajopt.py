@@ -1,9 +1,11 @@
 """Trajectory optimization on jaxsys systems: direct (single) shooting, multiple shooting and direct
 collocation (Hermite-Simpson), with input limits and a final-state constraint.
 
-* The input is a first-order-hold trajectory through knots u_0..u_N on a uniform grid (a
-  :class:`~jaxsys.PiecewisePolynomial` feeding the plant through a :class:`~jaxsys.TrajectorySource`),
-  so the optimized input can be simulated forward with the ordinary simulator.
+* The input is a first-order-hold trajectory through knots u_0..u_N on a uniform grid. Shooting
+  simulates the plant under it with the ordinary simulator (a small wrapper system holds the plant and
+  interpolates the knots: the user's plant is never added to a diagram or changed), and the optimized
+  input is a :class:`~jaxsys.PiecewisePolynomial` that can be fed to the plant with a
+  :class:`~jaxsys.TrajectorySource`.
 * Shooting simulates with ``simulate`` (fixed-step RK4, ``substeps`` steps per interval); multiple
   shooting simulates its segments in one ``vmap`` and adds continuity ("defect") constraints.
 * Collocation evaluates the plant's time derivatives at the knots and interval midpoints (vmapped)
@@ -24,16 +26,17 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from ..framework.context import Context
-from ..framework.diagram_builder import DiagramBuilder
 from ..framework.errors import JaxsysError
+from ..framework.leaf_system import LeafSystem
 from ..framework.system import System
-from ..primitives.sources import PiecewisePolynomial, TrajectorySource
+from ..primitives.sources import PiecewisePolynomial
 from .integrators import RungeKutta4Integrator
 from .simulate import simulate
 
@@ -152,42 +155,64 @@ def _trapezoid(values: jax.Array, h: float) -> jax.Array:
     return h * (jnp.sum(values) - 0.5 * (values[0] + values[-1]))
 
 
+class _OpenLoop(LeafSystem):
+    """The plant under a first-order-hold input whose knots are this system's numeric parameter: its
+    state is the plant's continuous state, its dynamics the plant's with the input interpolated. The
+    plant is held as a field, never added to a diagram, so the same plant can be optimized, simulated
+    and used in the user's own diagrams any number of times."""
+
+    plant: System
+    plant_context: Context
+    port_index: int = eqx.field(static=True)
+    times: tuple[float, ...] = eqx.field(static=True)
+    m: int = eqx.field(static=True)
+
+    def __init__(self, plant: System, context: Context, port: Any, times: np.ndarray) -> None:
+        super().__init__("open_loop")
+        self.plant = plant
+        self.plant_context = context
+        self.port_index = port.get_index()
+        self.times = tuple(float(t) for t in times)
+        self.m = port.size()
+        cs = context.get_continuous_state()
+        self.declare_continuous_state(cs.num_q, cs.num_v, cs.num_z)
+        self.declare_numeric_parameter(np.zeros(len(times) * self.m))
+
+    def do_calc_time_derivatives(self, context: Context) -> jax.Array:
+        knots = context.get_numeric_parameter(0).reshape(len(self.times), self.m)
+        t = context.get_time()
+        u = jax.vmap(lambda col: jnp.interp(t, jnp.asarray(self.times, t.dtype), col), out_axes=0)(knots.T)
+        port = self.plant.get_input_port(self.port_index)
+        pctx = port.fix_value(
+            self.plant_context.with_time(t).with_continuous_state(context.get_continuous_state_vector()), u
+        )
+        return self.plant._calc_time_derivatives_raw(pctx)
+
+
 class _ShootingModel:
-    """The plant driven by a TrajectorySource; simulates from (x0, u knots) and records the states."""
+    """The plant driven by a first-order-hold input (:class:`_OpenLoop`); simulates from (x0, u
+    knots) with ``simulate`` and records the states at the knots."""
 
     def __init__(self, system: System, context: Context, T: float, N: int, substeps: int) -> None:
+        system.validate_context(context)
         self.port = _input_port(system)
         self.m = self.port.size()
         self.T, self.N = float(T), int(N)
         self.h = self.T / self.N
         self.times = np.linspace(0.0, self.T, self.N + 1)
-        traj = PiecewisePolynomial.first_order_hold(self.times, np.zeros((self.N + 1, self.m)))
-        builder = DiagramBuilder()
-        self.source = builder.add_named_system("input", TrajectorySource(traj))
-        self.plant = builder.add_named_system("plant", _require_free(system))
-        builder.connect(self.source.get_output_port(), self.plant.get_input_port(self.port.get_index()))
-        self.diagram = builder.build("trajopt")
-        sub = self.diagram.get_subsystem_context(self.diagram.create_default_context(), self.plant).set_from(context)
-        self.base = self.diagram.set_subsystem_context(self.diagram.create_default_context(), self.plant, sub)
+        self.wrapper = _OpenLoop(system, context, self.port, self.times)
+        dtype = context.get_time().dtype
+        self.base = self.wrapper.create_default_context(dtype).with_continuous_state(
+            context.get_continuous_state_vector()
+        )
         self.integrator = RungeKutta4Integrator(max_step_size=self.h / substeps)
         self.x0 = context.get_continuous_state_vector()
 
     def rollout(self, x_start: jax.Array, u: jax.Array) -> jax.Array:
         """States at all knots, starting from x_start, under the first-order-hold input u."""
-        traj = PiecewisePolynomial.first_order_hold(self.times, u)
-        src_ctx = self.source.with_trajectory(self.diagram.get_subsystem_context(self.base, self.source), traj)
-        ctx = self.diagram.set_subsystem_context(self.base, self.source, src_ctx).with_continuous_state(x_start)
-        return simulate(self.diagram, ctx, self.T, self.integrator, save_at=self.times, start_time=0.0).ys
-
-
-def _require_free(system: System) -> System:
-    """``system`` itself, checked to be free to join the optimizer's own diagram."""
-    if system.get_parent() is None and system._spec.in_builder is None:
-        return system
-    raise JaxsysError(
-        f"Trajectory optimization builds its own diagram around the plant: pass a System that is not part of "
-        f"another diagram (System {system.get_system_id_string()} is)."
-    )
+        ctx = self.base.with_numeric_parameter(0, jnp.reshape(u, (-1,)).astype(self.base.get_time().dtype))
+        ctx = ctx.with_continuous_state(x_start)
+        return simulate(self.wrapper, ctx, self.T, self.integrator, save_at=self.times, start_time=0.0).ys
 
 
 def direct_shooting(
@@ -208,7 +233,8 @@ def direct_shooting(
     simulated in one ``vmap`` with continuity constraints) from the state in ``context``.
 
     ``x_final``: a required final state (equality constraint); ``u_limit``: |u| <= u_limit elementwise.
-    ``system`` is the plant alone (one vector input port), not part of another diagram.
+    ``system`` is the plant alone (one vector input port); it is not modified or taken over (it may
+    be part of your own diagrams and be optimized any number of times).
     """
     N, M = int(num_intervals), int(num_segments)
     if N % M:
