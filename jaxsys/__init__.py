@@ -26,6 +26,7 @@ from .analysis.fitting import (
     set_parameters as set_parameters,
     trajectory_loss as trajectory_loss,
 )
+from .analysis.ilqr import ILQRResult as ILQRResult, ilqr as ilqr, ilqr_solve as ilqr_solve
 from .analysis.integrators import (
     ALL_INTEGRATORS as ALL_INTEGRATORS,
     BogackiShampine3Integrator as BogackiShampine3Integrator,

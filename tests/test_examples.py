@@ -112,3 +112,11 @@ def test_porting_from_pydrake_example_matches_the_exact_sampled_data_solution():
     assert float(re.search(r"max error (\S+)", text).group(1)) < 1e-8
     g, fd = map(float, re.search(r"d\(final position\)/dkp (\S+) \(finite differences (\S+)\)", text).groups())
     assert abs(g - fd) <= 1e-5 * abs(fd)
+
+
+def test_mpc_swings_the_pendulum_up_within_the_torque_limit():
+    text = run_example("mpc_pendulum.py")
+    error = float(re.search(r"final angle error\s+(\S+) rad", text).group(1))
+    torque = float(re.search(r"largest torque\s+(\S+) N m", text).group(1))
+    assert error < 1e-3 and torque <= 4.0 + 1e-9
+    assert (ROOT / "examples" / "output" / "mpc_pendulum.png").read_bytes()[:4] == b"\x89PNG"

@@ -136,3 +136,16 @@ def test_the_plant_is_never_taken_over():
     np.testing.assert_allclose(third.u, first.u, atol=1e-12)
     np.testing.assert_allclose(simulate_open_loop(plant, ctx, third), third.x, atol=1e-6)
     assert diagram.get_input_port(0).size() == 1
+
+
+def test_separate_input_bounds_and_state_bounds_hold():
+    goal = np.array([np.pi, 0.0])
+    plant, ctx = make(Pendulum)
+    bounds = dict(u_lower=-2.0, u_upper=5.0, x_lower=[-np.inf, -4.0], x_upper=[np.inf, 4.0])
+    r = direct_collocation(plant, ctx, 4.0, 40, effort, x_final=goal, inner_iterations=300, **bounds)
+    assert r.success
+    assert np.all(r.u >= -2.0 - 1e-5) and np.all(r.u <= 5.0 + 1e-5)
+    assert np.min(r.u) < -1.99 and np.max(r.u) > 4.99  # both input bounds active
+    assert np.all(np.abs(r.x[:, 1]) <= 4.0 + 1e-5) and np.max(np.abs(r.x[:, 1])) > 3.99  # the state bound too
+    with pytest.raises(js.JaxsysError, match="not both"):
+        direct_collocation(plant, ctx, 4.0, 10, effort, u_limit=1.0, u_lower=-1.0)

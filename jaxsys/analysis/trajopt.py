@@ -144,11 +144,28 @@ def _input_port(system: System) -> Any:
     return ports[0]
 
 
-def _limit_constraints(u: jax.Array, u_limit: Any) -> jax.Array:
-    if u_limit is None:
-        return jnp.zeros((0,), u.dtype)
-    lim = jnp.asarray(u_limit, u.dtype)
-    return jnp.concatenate([(u - lim).ravel(), (-u - lim).ravel()])
+def _bounds(u_limit: Any, lower: Any, upper: Any, what: str) -> tuple[Any, Any]:
+    """(lower, upper) from a symmetric limit and/or separate bounds (None: unbounded)."""
+    if u_limit is not None:
+        if lower is not None or upper is not None:
+            raise JaxsysError(f"{what}: give u_limit (|u| <= u_limit) or u_lower/u_upper, not both.")
+        lim = np.asarray(u_limit, float)
+        return -lim, lim
+    if lower is not None and upper is not None and np.any(np.asarray(lower, float) > np.asarray(upper, float)):
+        raise JaxsysError(f"{what}: a lower bound is above its upper bound ({lower} > {upper}).")
+    return lower, upper
+
+
+def _box_constraints(v: jax.Array, lower: Any, upper: Any) -> jax.Array:
+    """``lower <= v`` and ``v <= upper`` as ``g(v) <= 0`` (elementwise; infinite bounds drop out)."""
+    parts = []
+    if lower is not None:
+        lo = jnp.broadcast_to(jnp.asarray(lower, v.dtype), v.shape[-1:])
+        parts.append(jnp.where(jnp.isfinite(lo), lo - v, -1.0).ravel())
+    if upper is not None:
+        hi = jnp.broadcast_to(jnp.asarray(upper, v.dtype), v.shape[-1:])
+        parts.append(jnp.where(jnp.isfinite(hi), v - hi, -1.0).ravel())
+    return jnp.concatenate(parts) if parts else jnp.zeros((0,), v.dtype)
 
 
 def _trapezoid(values: jax.Array, h: float) -> jax.Array:
@@ -227,12 +244,19 @@ def direct_shooting(
     num_segments: int = 1,
     substeps: int = 4,
     u_init: Any = None,
+    u_lower: Any = None,
+    u_upper: Any = None,
+    x_lower: Any = None,
+    x_upper: Any = None,
     **solver_options: Any,
 ) -> TrajOptResult:
     """Direct shooting (``num_segments=1``) or multiple shooting (``num_segments>1``, segments
     simulated in one ``vmap`` with continuity constraints) from the state in ``context``.
 
-    ``x_final``: a required final state (equality constraint); ``u_limit``: |u| <= u_limit elementwise.
+    ``x_final``: a required final state (equality constraint); ``u_limit``: |u| <= u_limit elementwise,
+    or separate ``u_lower`` / ``u_upper``; ``x_lower`` / ``x_upper``: bounds on the states at the knots
+    (``inf`` entries are unbounded). Solver options (``outer_iterations``, ``inner_iterations``,
+    ``penalty``, ``tolerance``...): see :func:`augmented_lagrangian`.
     ``system`` is the plant alone (one vector input port); it is not modified or taken over (it may
     be part of your own diagrams and be optimized any number of times).
     """
@@ -278,7 +302,15 @@ def direct_shooting(
         goal = jnp.asarray(x_final, float) if x_final is not None else x0
         frac = jnp.arange(1, M)[:, None] / M
         z0["s"] = x0[None] + frac * (goal - x0)[None]
-    z, info = augmented_lagrangian(cost, z0, equality, lambda z: _limit_constraints(z["u"], u_limit), **solver_options)
+    lo, hi = _bounds(u_limit, u_lower, u_upper, "direct_shooting")
+
+    def inequality(z: dict[str, jax.Array]) -> jax.Array:
+        parts = [_box_constraints(z["u"], lo, hi)]
+        if x_lower is not None or x_upper is not None:
+            parts.append(_box_constraints(all_knots(z)[1:], x_lower, x_upper))
+        return jnp.concatenate(parts)
+
+    z, info = augmented_lagrangian(cost, z0, equality, inequality, **solver_options)
     return _result("multiple_shooting" if M > 1 else "direct_shooting", times, z["u"], all_knots(z), info)
 
 
@@ -292,10 +324,15 @@ def direct_collocation(
     x_final: Any = None,
     u_limit: Any = None,
     u_init: Any = None,
+    u_lower: Any = None,
+    u_upper: Any = None,
+    x_lower: Any = None,
+    x_upper: Any = None,
     **solver_options: Any,
 ) -> TrajOptResult:
     """Hermite-Simpson direct collocation on the continuous dynamics of ``system`` (one vector input
-    port) from the state in ``context``; the input is first-order hold between knots."""
+    port) from the state in ``context``; the input is first-order hold between knots. Bounds as in
+    :func:`direct_shooting` (state bounds apply at the knots)."""
     port = _input_port(system)
     m = port.size()
     N = int(num_intervals)
@@ -331,15 +368,21 @@ def direct_collocation(
             parts.append(unpack(z)[-1] - jnp.asarray(x_final, float))
         return jnp.concatenate(parts)
 
+    lo, hi = _bounds(u_limit, u_lower, u_upper, "direct_collocation")
+
+    def inequality(z: dict[str, jax.Array]) -> jax.Array:
+        parts = [_box_constraints(z["u"], lo, hi)]
+        if x_lower is not None or x_upper is not None:
+            parts.append(_box_constraints(z["x"], x_lower, x_upper))
+        return jnp.concatenate(parts)
+
     goal = jnp.asarray(x_final, float) if x_final is not None else x0
     frac = jnp.arange(1, N + 1)[:, None] / N
     z0 = {
         "x": x0[None] + frac * (goal - x0)[None],
         "u": jnp.zeros((N + 1, m)) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, float), (N + 1, m)),
     }
-    z, info = augmented_lagrangian(
-        lambda z: defects_and_cost(z)[1], z0, equality, lambda z: _limit_constraints(z["u"], u_limit), **solver_options
-    )
+    z, info = augmented_lagrangian(lambda z: defects_and_cost(z)[1], z0, equality, inequality, **solver_options)
     return _result("direct_collocation", times, z["u"], unpack(z), info)
 
 

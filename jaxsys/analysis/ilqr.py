@@ -1,0 +1,356 @@
+"""Iterative LQR (the trajax algorithm family) on the discrete-time system a plant and an integrator
+step define.
+
+The plant (one vector input port) is discretized with a zero-order-hold input: ``x[k+1] = F(x[k],
+u[k])`` is ``substeps`` fixed steps of ``integrator`` over ``h = T / N`` (the same map a fixed-step
+``simulate`` computes under a zero-order-hold input, so the optimized inputs replay exactly). The cost
+is ``sum_k h * running_cost(x[k], u[k]) + final_cost(x[N])``.
+
+Each iteration linearizes ``F`` (``jax.jacfwd``) and quadratizes the costs (``jax.hessian``) along the
+current trajectory, runs the Riccati backward pass with Levenberg-Marquardt regularization ``mu`` of
+``Q_uu`` (increased until ``Q_uu`` is positive definite), and rolls the feedback policy forward for
+several line-search step sizes at once (``vmap``), keeping the best one that lowers the cost by at
+least a fraction of the predicted decrease. Input bounds are enforced by clipping in the forward pass.
+Iterations run in one compiled function, called from Python until the relative cost decrease is
+below ``tolerance``.
+
+Imports (within jaxsys): the framework's ``context``, ``errors``, ``system``; ``integrators``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..framework.context import Context
+from ..framework.errors import JaxsysError
+from ..framework.system import System
+from .integrators import IntegratorBase, RungeKutta4Integrator
+
+
+Array = jax.Array
+
+LINE_SEARCH = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125)
+
+
+@dataclasses.dataclass
+class ILQRResult:
+    """The outcome of :func:`ilqr`.
+
+    **Fields:** `times` (N+1,), `x` (N+1, n) states, `u` (N, m) inputs (held over each interval),
+    `cost`, `cost_history`, `iterations`, `converged` (relative cost decrease below the tolerance),
+    `success` (converged with a finite cost), `K` (N, m, n) and `k` (N, m): the final feedback gains
+    and feedforward terms (``u = u[k] + K[k] (x - x[k])`` tracks the trajectory), `regularization`.
+    """
+
+    times: np.ndarray
+    x: np.ndarray
+    u: np.ndarray
+    cost: float
+    cost_history: np.ndarray
+    iterations: int
+    converged: bool
+    success: bool
+    K: np.ndarray
+    k: np.ndarray
+    regularization: float
+
+
+def _box_gains(Quu: Array, Qu: Array, Qux: Array, lo: Array, hi: Array, iterations: int = 8) -> tuple[Array, Array]:
+    """Feedforward ``k`` minimizing ``k^T Quu k / 2 + Qu^T k`` over the box ``lo <= k <= hi`` by a
+    projected Newton method on the active set (Tassa, Mansard and Todorov, "Control-limited
+    differential dynamic programming", 2014), and the feedback ``K`` on the free inputs (rows of the
+    clamped ones are zero: the bound, not the state, decides them). Without bounds this is the
+    ordinary ``-Quu^-1 (Qu, Qux)``."""
+    m = Qu.shape[0]
+    eye = jnp.eye(m, dtype=Quu.dtype)
+
+    def masked_solve(free: Array, rhs: Array) -> Array:
+        both = free[:, None] & free[None, :]
+        M = jnp.where(both, Quu, eye)
+        r = jnp.where(free.reshape((-1,) + (1,) * (rhs.ndim - 1)), rhs, 0.0)
+        return jnp.linalg.solve(M, r)
+
+    k = jnp.clip(-jnp.linalg.solve(Quu, Qu), lo, hi)
+
+    def body(_: Any, k: Array) -> Array:
+        grad = Quu @ k + Qu
+        clamped = ((k <= lo) & (grad > 0)) | ((k >= hi) & (grad < 0))
+        free = ~clamped
+        # Newton step on the free inputs, the clamped ones fixed at their bound
+        k_free = -masked_solve(free, Qu + Quu @ jnp.where(free, 0.0, k))
+        return jnp.clip(jnp.where(free, k_free, k), lo, hi)
+
+    k = jax.lax.fori_loop(0, iterations, body, k)
+    grad = Quu @ k + Qu
+    free = ~(((k <= lo) & (grad > 0)) | ((k >= hi) & (grad < 0)))
+    K = -masked_solve(free, Qux)
+    return K, k
+
+
+def discrete_dynamics(
+    system: System, context: Context, h: float, integrator: IntegratorBase | None = None, substeps: int = 1
+) -> Callable[[Array, Array], Array]:
+    """``F(x, u)``: the state after ``h`` seconds from ``x`` under the constant input ``u`` (the plant's
+    one vector input port), by ``substeps`` steps of the fixed-step ``integrator`` (default RK4), with
+    the other inputs and the parameters of ``context``."""
+    ports = [p for p in system._spec.input_ports if not p.is_abstract()]
+    if len(ports) != 1:
+        raise JaxsysError(
+            f"ilqr: the plant needs exactly one vector input port (the input to optimize); System "
+            f"{system.get_system_id_string()} has {len(ports)}."
+        )
+    port = ports[0]
+    integ = integrator or RungeKutta4Integrator(max_step_size=h / substeps)
+    cs = context.get_continuous_state()
+    dt = h / substeps
+
+    def F(x: Array, u: Array) -> Array:
+        ctx = port.fix_value(context, u)
+        f = system._derivative_function(ctx)
+        aux = {
+            "num_q": cs.num_q,
+            "num_v": cs.num_v,
+            "v_to_qdot": lambda t, xx, v: system._map_raw(ctx.with_time(t).with_continuous_state(xx), v, "v_to_qdot"),
+            "rolled": False,
+        }
+
+        def sub(i: Any, xx: Array) -> Array:
+            return integ.attempt_step(f, jnp.asarray(i * dt, x.dtype), xx, jnp.asarray(dt, x.dtype), aux)[0]
+
+        return jax.lax.fori_loop(0, substeps, sub, x)
+
+    return F
+
+
+def _ilqr_functions(
+    F: Callable[[Array, Array], Array],
+    running_cost: Callable[[Array, Array], Array],
+    final_cost: Callable[[Array], Array],
+    h: float,
+    lo: Array,
+    hi: Array,
+) -> tuple[Any, Any, Any]:
+    """The pure pieces of iLQR for the discrete map ``F``: ``rollout(x0, u)``, ``total_cost(xs, u)`` and
+    one iteration ``iterate(x0, xs, u, cost, mu) -> (xs, u, cost, mu, accepted, K, k, alpha,
+    predicted decrease)``."""
+
+    def rollout(x0: Array, u: Array) -> Array:
+        def step(x: Array, uk: Array) -> tuple[Array, Array]:
+            x_next = F(x, uk)
+            return x_next, x_next
+
+        _, xs = jax.lax.scan(step, x0, u)
+        return jnp.concatenate([x0[None], xs])
+
+    def total_cost(xs: Array, u: Array) -> Array:
+        return h * jnp.sum(jax.vmap(running_cost)(xs[:-1], u)) + final_cost(xs[-1])
+
+    def backward(xs: Array, u: Array, mu: Array) -> tuple[Array, Array, Array, Array]:
+        """Gains (K, k), the predicted decrease terms, and whether every Q_uu was positive definite."""
+        fx, fu = jax.vmap(jax.jacfwd(F, argnums=(0, 1)))(xs[:-1], u)
+        lx, lu = jax.vmap(jax.grad(running_cost, argnums=(0, 1)))(xs[:-1], u)
+        (lxx, lxu), (_, luu) = jax.vmap(jax.hessian(running_cost, argnums=(0, 1)))(xs[:-1], u)
+        Vx = jax.grad(final_cost)(xs[-1])
+        Vxx = jax.hessian(final_cost)(xs[-1])
+
+        def step(carry: Any, inp: Any) -> tuple[Any, Any]:
+            Vx, Vxx, ok = carry
+            A, B, lx_, lu_, lxx_, lxu_, luu_, u_ref = inp
+            Qx = h * lx_ + A.T @ Vx
+            Qu = h * lu_ + B.T @ Vx
+            Qxx = h * lxx_ + A.T @ Vxx @ A
+            Qux = h * lxu_.T + B.T @ Vxx @ A
+            Quu = h * luu_ + B.T @ Vxx @ B
+            Quu_reg = 0.5 * (Quu + Quu.T) + mu * jnp.eye(Quu.shape[0], dtype=Quu.dtype)
+            chol = jnp.linalg.cholesky(Quu_reg)
+            ok = ok & jnp.all(jnp.isfinite(chol))
+            K, kff = _box_gains(Quu_reg, Qu, Qux, lo - u_ref, hi - u_ref)
+            Vx = Qx + K.T @ Quu @ kff + K.T @ Qu + Qux.T @ kff
+            Vxx = Qxx + K.T @ Quu @ K + K.T @ Qux + Qux.T @ K
+            Vxx = 0.5 * (Vxx + Vxx.T)
+            return (Vx, Vxx, ok), (K, kff, kff @ Qu, 0.5 * kff @ Quu @ kff)
+
+        (_, _, ok), (K, kff, d1, d2) = jax.lax.scan(
+            step, (Vx, Vxx, jnp.array(True)), (fx, fu, lx, lu, lxx, lxu, luu, u), reverse=True
+        )
+        return K, kff, jnp.stack([jnp.sum(d1), jnp.sum(d2)]), ok
+
+    def forward(x0: Array, xs: Array, u: Array, K: Array, kff: Array, alpha: Array) -> tuple[Array, Array, Array]:
+        def step(x: Array, inp: Any) -> tuple[Array, Any]:
+            x_ref, u_ref, K_, k_ = inp
+            uk = jnp.clip(u_ref + alpha * k_ + K_ @ (x - x_ref), lo, hi)
+            return F(x, uk), (x, uk)
+
+        x_end, (x_new, u_new) = jax.lax.scan(step, x0, (xs[:-1], u, K, kff))
+        x_new = jnp.concatenate([x_new, x_end[None]])
+        return x_new, u_new, total_cost(x_new, u_new)
+
+    def iterate(x0: Array, xs: Array, u: Array, cost: Array, mu: Array) -> Any:
+        alphas = jnp.asarray(LINE_SEARCH, xs.dtype)
+        K, kff, dV, ok = backward(xs, u, mu)
+        x_try, u_try, c_try = jax.vmap(lambda a: forward(x0, xs, u, K, kff, a))(alphas)
+        expected = -(alphas * dV[0] + alphas**2 * dV[1])  # predicted decrease, >= 0
+        good = ok & jnp.isfinite(c_try) & (cost - c_try >= 1e-4 * expected) & (c_try < cost)
+        j = jnp.argmax(good)  # the largest step that is good
+        accept = jnp.any(good)
+        xs_new = jnp.where(accept, x_try[j], xs)
+        u_new = jnp.where(accept, u_try[j], u)
+        c_new = jnp.where(accept, c_try[j], cost)
+        # Levenberg-Marquardt schedule: relax after an accepted full-ish step, stiffen otherwise
+        mu_new = jnp.where(accept, jnp.maximum(mu / 4.0, 1e-9), jnp.minimum(jnp.maximum(mu * 10.0, 1e-6), 1e12))
+        return xs_new, u_new, c_new, mu_new, accept, K, kff, alphas[j], expected[0]
+
+    return rollout, total_cost, iterate
+
+
+def ilqr_solve(
+    F: Callable[[Array, Array], Array],
+    running_cost: Callable[[Array, Array], Array],
+    final_cost: Callable[[Array], Array],
+    h: float,
+    x0: Array,
+    u_init: Array,
+    u_lower: Any = None,
+    u_upper: Any = None,
+    iterations: int = 5,
+    regularization: float = 1.0,
+) -> tuple[Array, Array, Array]:
+    """A fixed number of iLQR iterations as one pure, jit-able and vmap-able function (for model
+    predictive control inside a simulation: warm-start ``u_init`` with the last solution shifted;
+    ``examples/mpc_pendulum.py``). ``F(x, u)`` is the discrete map (:func:`discrete_dynamics`), ``h``
+    its interval. The regularization starts high (1.0: a few iterations must make progress even where
+    the cost is not convex, e.g. a pendulum at the bottom with an upright goal) and is divided by 4 at
+    every accepted iteration. Returns ``(u, xs, cost)``."""
+    dtype = jnp.result_type(x0)
+    m = u_init.shape[-1]
+    lo = jnp.full((m,), -jnp.inf, dtype) if u_lower is None else jnp.broadcast_to(jnp.asarray(u_lower, dtype), (m,))
+    hi = jnp.full((m,), jnp.inf, dtype) if u_upper is None else jnp.broadcast_to(jnp.asarray(u_upper, dtype), (m,))
+    rollout, total_cost, iterate = _ilqr_functions(F, running_cost, final_cost, h, lo, hi)
+    u = jnp.clip(jnp.asarray(u_init, dtype), lo, hi)
+    xs = rollout(x0, u)
+
+    def body(_: Any, c: Any) -> Any:
+        xs, u, cost, mu = c
+        xs, u, cost, mu = iterate(x0, xs, u, cost, mu)[:4]
+        return xs, u, cost, mu
+
+    xs, u, cost, _ = jax.lax.fori_loop(
+        0, iterations, body, (xs, u, total_cost(xs, u), jnp.asarray(regularization, dtype))
+    )
+    return u, xs, cost
+
+
+def ilqr(
+    system: System,
+    context: Context,
+    T: float,
+    num_steps: int,
+    running_cost: Callable[[Array, Array], Array],
+    final_cost: Callable[[Array], Array],
+    u_init: Any = None,
+    u_lower: Any = None,
+    u_upper: Any = None,
+    integrator: IntegratorBase | None = None,
+    substeps: int = 1,
+    max_iterations: int = 200,
+    tolerance: float = 1e-9,
+    regularization: float = 1e-6,
+) -> ILQRResult:
+    """Iterative LQR from the state in ``context`` over ``num_steps`` intervals of ``T / num_steps``
+    (see the module docstring).
+
+    **Arguments:**
+    - `running_cost(x, u) -> scalar` (integrated: multiplied by h), `final_cost(x) -> scalar`.
+    - `u_init`: initial inputs, (N, m) or broadcastable (default zeros); `u_lower`, `u_upper`: input
+      bounds (clipped in the forward pass).
+    - `integrator`, `substeps`: the discretization (default RK4, one step per interval).
+    - `max_iterations`, `tolerance` (relative cost decrease that ends the iterations),
+      `regularization` (initial mu).
+
+    Returns an :class:`ILQRResult`; a warning names the options when it did not converge.
+    """
+    system.validate_context(context)
+    N = int(num_steps)
+    if N < 1 or not float(T) > 0:
+        raise JaxsysError(f"ilqr: need num_steps >= 1 and T > 0; got num_steps={num_steps}, T={T}.")
+    h = float(T) / N
+    F = discrete_dynamics(system, context, h, integrator, substeps)
+    x0 = context.get_continuous_state_vector()
+    dtype = x0.dtype
+    m = [p for p in system._spec.input_ports if not p.is_abstract()][0].size()
+    u = jnp.zeros((N, m), dtype) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, dtype), (N, m))
+    lo = jnp.full((m,), -jnp.inf, dtype) if u_lower is None else jnp.broadcast_to(jnp.asarray(u_lower, dtype), (m,))
+    hi = jnp.full((m,), jnp.inf, dtype) if u_upper is None else jnp.broadcast_to(jnp.asarray(u_upper, dtype), (m,))
+    if bool(jnp.any(lo > hi)):
+        raise JaxsysError(f"ilqr: u_lower {np.asarray(lo)} is above u_upper {np.asarray(hi)}.")
+    u = jnp.clip(u, lo, hi)
+
+    rollout, total_cost, iterate_ = _ilqr_functions(F, running_cost, final_cost, h, lo, hi)
+    iterate = jax.jit(functools.partial(iterate_, x0))
+    xs = rollout(x0, u)
+    cost = total_cost(xs, u)
+    if not bool(jnp.isfinite(cost)):
+        raise JaxsysError("ilqr: the cost of the initial inputs is not finite; check u_init and the costs.")
+    mu = jnp.asarray(regularization, dtype)
+    history = [float(cost)]
+    converged = False
+    K = jnp.zeros((N, m, x0.shape[0]), dtype)
+    kff = jnp.zeros((N, m), dtype)
+    it = 0
+    rejected = 0
+    for it in range(1, max_iterations + 1):  # noqa: B007 (it is reported)
+        xs, u, new_cost, mu, accept, K, kff, alpha, predicted = iterate(xs, u, cost, mu)
+        new_cost = float(new_cost)
+        if float(predicted) <= tolerance * max(abs(history[-1]), 1e-300):
+            # the local model predicts no further decrease: a (box-constrained) stationary point
+            if bool(accept):
+                history.append(new_cost)
+            converged = True
+            break
+        if bool(accept):
+            rejected = 0
+            decrease = (history[-1] - new_cost) / max(abs(history[-1]), 1e-300)
+            history.append(new_cost)
+            cost = jnp.asarray(new_cost, dtype)
+            # (a tiny decrease from a short line-search step only says the local model is poor here)
+            if decrease < tolerance and float(alpha) == 1.0:
+                converged = True
+                break
+        else:
+            rejected += 1
+            if float(mu) >= 1e12 or rejected > 20:
+                # no step lowers the cost at any regularization: a local minimum to the resolution here
+                converged = True
+                break
+    success = converged and bool(np.isfinite(history[-1]))
+    if not success:
+        warnings.warn(
+            f"ilqr: did not converge in {max_iterations} iterations (cost {history[-1]:.6g}, last relative "
+            f"decrease above tolerance {tolerance:g}). Options: max_iterations, tolerance, regularization, "
+            f"u_init (a better initial guess), num_steps. result.success is False.",
+            stacklevel=2,
+        )
+    return ILQRResult(
+        np.linspace(0.0, float(T), N + 1),
+        np.asarray(xs),
+        np.asarray(u),
+        history[-1],
+        np.asarray(history),
+        it,
+        converged,
+        success,
+        np.asarray(K),
+        np.asarray(kff),
+        float(mu),
+    )
+
+
+__all__ = ["ILQRResult", "discrete_dynamics", "ilqr", "ilqr_solve"]
