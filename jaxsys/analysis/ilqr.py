@@ -130,6 +130,13 @@ def discrete_dynamics(
     return F
 
 
+def _input_box(lower: Any, upper: Any, m: int, dtype: Any) -> tuple[Array, Array]:
+    """Input bounds as (m,) arrays (None: unbounded)."""
+    lo = jnp.full((m,), -jnp.inf, dtype) if lower is None else jnp.broadcast_to(jnp.asarray(lower, dtype), (m,))
+    hi = jnp.full((m,), jnp.inf, dtype) if upper is None else jnp.broadcast_to(jnp.asarray(upper, dtype), (m,))
+    return lo, hi
+
+
 def _ilqr_functions(
     F: Callable[[Array, Array], Array],
     running_cost: Callable[[Array, Array], Array],
@@ -231,8 +238,7 @@ def ilqr_solve(
     every accepted iteration. Returns ``(u, xs, cost)``."""
     dtype = jnp.result_type(x0)
     m = u_init.shape[-1]
-    lo = jnp.full((m,), -jnp.inf, dtype) if u_lower is None else jnp.broadcast_to(jnp.asarray(u_lower, dtype), (m,))
-    hi = jnp.full((m,), jnp.inf, dtype) if u_upper is None else jnp.broadcast_to(jnp.asarray(u_upper, dtype), (m,))
+    lo, hi = _input_box(u_lower, u_upper, m, dtype)
     rollout, total_cost, iterate = _ilqr_functions(F, running_cost, final_cost, h, lo, hi)
     u = jnp.clip(jnp.asarray(u_init, dtype), lo, hi)
     xs = rollout(x0, u)
@@ -287,8 +293,7 @@ def ilqr(
     dtype = x0.dtype
     m = [p for p in system._spec.input_ports if not p.is_abstract()][0].size()
     u = jnp.zeros((N, m), dtype) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, dtype), (N, m))
-    lo = jnp.full((m,), -jnp.inf, dtype) if u_lower is None else jnp.broadcast_to(jnp.asarray(u_lower, dtype), (m,))
-    hi = jnp.full((m,), jnp.inf, dtype) if u_upper is None else jnp.broadcast_to(jnp.asarray(u_upper, dtype), (m,))
+    lo, hi = _input_box(u_lower, u_upper, m, dtype)
     if bool(jnp.any(lo > hi)):
         raise JaxsysError(f"ilqr: u_lower {np.asarray(lo)} is above u_upper {np.asarray(hi)}.")
     u = jnp.clip(u, lo, hi)
