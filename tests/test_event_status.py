@@ -417,3 +417,32 @@ def test_save_at_start_time_sees_the_updates_due_then(drake, integ):
     expected = [1.0] + [x for _, x in d["cpp_LinearSystem_discrete_t_x_after_AdvanceTo_0p1k"]]
     np.testing.assert_array_equal(np.asarray(r.ys)[:, 0], expected)
     assert int(r.simulator_stats.num_discrete_updates) == 10  # (the one at 1.0 is pending)
+
+
+def test_timed_events_and_mode_dependent_witnesses_in_float32_and_under_vmap():
+    # custom event times per member (vmap) and in float32 (times within float32's resolution)
+    timer = Timer()
+    starts = jnp.array([0.25, 0.4], jnp.float32)
+
+    def final_count(t_first):
+        ctx = timer.create_default_context(jnp.float32).with_discrete_state(0, jnp.stack([t_first, 0.0]))
+        return js.simulate(
+            timer, ctx, 2.0, js.RungeKutta2Integrator(max_step_size=0.05)
+        ).context.get_discrete_state_vector()
+
+    out = np.asarray(jax.vmap(final_count)(starts))
+    # from 0.25: 0.25, 0.45, 0.75, 1.15, 1.65 (5 events); from 0.4: 0.4, 0.6, 0.9, 1.3, 1.8 (5 events)
+    np.testing.assert_allclose(out[:, 1], [5.0, 5.0])
+    np.testing.assert_allclose(out[:, 0], [2.25, 2.4], atol=1e-5)
+    # mode-dependent witnesses in float32, batched over start positions
+    m = Modes()
+
+    def crossings(x0):
+        ctx = m.create_default_context(jnp.float32).with_continuous_state(jnp.stack([x0]))
+        r = js.simulate(m, ctx, 3.3, js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-5))
+        return r.context.get_discrete_state_vector()
+
+    modes = np.asarray(jax.vmap(crossings)(jnp.array([0.0, 0.6], jnp.float32)))
+    # from 0: up through 0.5 at 0.5 and 2.5 (counted), down at 1.5 (not: inactive in mode 1)
+    # from 0.6: top at 0.4, bottom at 1.4, middle upward at 1.9 (counted), top again at 2.4: mode 1
+    np.testing.assert_allclose(modes, [[1.0, 2.0], [1.0, 1.0]])

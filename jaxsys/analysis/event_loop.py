@@ -185,7 +185,7 @@ class EventProgram:
         value = self.monitor(context)
         if value is None:
             return EventStatus.succeeded()
-        _, status = split_status(value, PUBLISH)
+        _, status = split_status(value)
         if status is None:
             raise JaxsysError(
                 f"simulate: the monitor must return None or a jaxsys.EventStatus (Drake's monitor returns an "

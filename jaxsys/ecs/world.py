@@ -455,15 +455,7 @@ class World(eqx.Module):
                     f"World.apply: fn's value for component {name!r} has per-entity shape {value.shape[1:]}; the "
                     f"component has shape {col.data.shape[1:]}."
                 )
-            m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
-            world = world._with_column(
-                name,
-                Column(
-                    jnp.where(m, value.astype(col.data.dtype), col.data),
-                    col.present | mask,
-                    _mark(col.changed, mask, periodic),
-                ),
-            )
+            world = world.set_column(name, value, where=mask, periodic=periodic)
         return world
 
     # ----- world control (applied by the runner at the end of the step) ---------------------------

@@ -128,7 +128,7 @@ def dispatch_publish_with_status(
     recorded: dict[int, Any] = {}
     statuses = []
     for li, sub in by_leaf.items():
-        values, status = split_status(leaves[li].do_publish(ctxs[li], sub), PUBLISH)
+        values, status = split_status(leaves[li].do_publish(ctxs[li], sub))
         if not isinstance(values, tuple) or len(values) != sub.size():
             raise StateError(
                 f"do_publish of System {leaves[li].get_system_id_string()} must return a tuple with one "
@@ -156,7 +156,7 @@ def dispatch_discrete_with_status(
     statuses = []
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state.discrete_state
-        new, status = split_status(leaves[li].do_calc_discrete_variable_updates(ctxs[li], sub, old), DISCRETE_UPDATE)
+        new, status = split_status(leaves[li].do_calc_discrete_variable_updates(ctxs[li], sub, old))
         new = old if new is None else normalize_discrete(leaves[li], new, old, "do_calc_discrete_variable_updates")
         if status is not None and not status.always_applied():
             new = _keep_unless_applied(status, new, old)
@@ -181,7 +181,7 @@ def dispatch_unrestricted_with_status(
     statuses = []
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state
-        new, status = split_status(leaves[li].do_calc_unrestricted_update(ctxs[li], sub, old), UNRESTRICTED_UPDATE)
+        new, status = split_status(leaves[li].do_calc_unrestricted_update(ctxs[li], sub, old))
         new = old if new is None else check_state(leaves[li], new, old, "do_calc_unrestricted_update")
         if status is not None and not status.always_applied():
             new = _keep_unless_applied(status, new, old)

@@ -195,9 +195,9 @@ class EventStatus(eqx.Module):
         return SEVERITY_NAMES[int(self.severity)]
 
 
-def split_status(value: Any, kind: str) -> tuple[Any, EventStatus | None]:
-    """A handler's return value as (result, status or None). ``kind``: 'publish', 'discrete_update' or
-    'unrestricted_update'. A bare status means no result (None: 'unchanged' for updates)."""
+def split_status(value: Any) -> tuple[Any, EventStatus | None]:
+    """A handler's return value as (result, status or None); a bare status means no result (None:
+    'unchanged' for updates)."""
     if isinstance(value, EventStatus):
         return None, value
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], EventStatus):

@@ -327,7 +327,7 @@ class LeafEvents(System):
                 continue
 
             def run(e: Event = e) -> Any:
-                value, status = split_status(_call(self, e.callback, context), PUBLISH)
+                value, status = split_status(_call(self, e.callback, context))
                 if isinstance(value, (Context, State)):
                     raise DeclarationError(
                         f"The publish callback of {e!r} returned a {type(value).__name__}: publish events cannot "
@@ -363,7 +363,7 @@ class LeafEvents(System):
                 continue
 
             def run(ds: DiscreteValues, e: Event = e) -> Any:
-                new, status = split_status(_call(self, e.callback, context, ds), DISCRETE_UPDATE)
+                new, status = split_status(_call(self, e.callback, context, ds))
                 new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
                 return _applied(status, new, ds), status
 
@@ -386,7 +386,7 @@ class LeafEvents(System):
                 continue
 
             def run(st: State, e: Event = e) -> Any:
-                new, status = split_status(_call(self, e.callback, context, st), UNRESTRICTED_UPDATE)
+                new, status = split_status(_call(self, e.callback, context, st))
                 new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
                 return _applied(status, new, st), status
 
