@@ -49,6 +49,11 @@ from .analysis.linearize import (
     linear_quadratic_regulator_system as linear_quadratic_regulator_system,
     linearize as linearize,
 )
+from .analysis.nlp import (
+    augmented_lagrangian as augmented_lagrangian,
+    slsqp as slsqp,
+    solve_nlp as solve_nlp,
+)
 from .analysis.progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     NoProgressMeter as NoProgressMeter,
@@ -67,7 +72,6 @@ from .analysis.simulator import (
 )
 from .analysis.trajopt import (
     TrajOptResult as TrajOptResult,
-    augmented_lagrangian as augmented_lagrangian,
     direct_collocation as direct_collocation,
     direct_shooting as direct_shooting,
     simulate_open_loop as simulate_open_loop,

@@ -578,15 +578,29 @@ def test_trajopt_reports_failure():
 
     p = Pendulum()
     c = p.create_default_context().with_continuous_state(jnp.array([0.0, 0.0]))
+    goal = jnp.array([np.pi, 0.0])
     with pytest.warns(
         UserWarning,
-        match=r"direct_collocation: did not converge: constraint violation .* Options that control convergence: "
-        r"outer_iterations \(now 1\)",
+        match=r"direct_collocation: did not converge \(SLSQP: Iteration limit reached\): constraint violation .* "
+        r"Options that control convergence: max_iterations \(now 2\)",
     ):
-        r = js.direct_collocation(
-            p, c, 2.0, 10, lambda x, u: u @ u, x_final=jnp.array([np.pi, 0.0]), outer_iterations=1, inner_iterations=2
-        )
+        r = js.direct_collocation(p, c, 2.0, 10, lambda x, u: u @ u, x_final=goal, max_iterations=2)
     assert r.success is False and r.constraint_violation > r.tolerance
+    with pytest.warns(UserWarning, match=r"outer_iterations \(now 1\), inner_iterations \(now 2\)"):
+        r = js.direct_collocation(
+            p,
+            c,
+            2.0,
+            10,
+            lambda x, u: u @ u,
+            x_final=goal,
+            solver="augmented_lagrangian",
+            outer_iterations=1,
+            inner_iterations=2,
+        )
+    assert r.success is False
+    with pytest.raises(js.JaxsysError, match=r"Unknown option\(s\) \['outer_iterations'\] for solver='slsqp'"):
+        js.direct_collocation(p, c, 2.0, 10, lambda x, u: u @ u, x_final=goal, outer_iterations=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ok = js.direct_collocation(p, c, 2.0, 10, lambda x, u: u @ u, x_final=jnp.array([0.0, 0.0]))

@@ -1,22 +1,25 @@
 """Trajectory optimization on jaxsys systems: direct (single) shooting, multiple shooting and direct
-collocation (Hermite-Simpson), with input limits and a final-state constraint.
+collocation (Hermite-Simpson), with input and state bounds, a final-state constraint, and an optional
+free final time.
 
 * The input is a first-order-hold trajectory through knots u_0..u_N on a uniform grid. Shooting
   simulates the plant under it with the ordinary simulator (a small wrapper system holds the plant and
   interpolates the knots: the user's plant is never added to a diagram or changed), and the optimized
   input is a :class:`~jaxsys.PiecewisePolynomial` that can be fed to the plant with a
   :class:`~jaxsys.TrajectorySource`.
-* Shooting simulates with ``simulate`` (fixed-step RK4, ``substeps`` steps per interval); multiple
-  shooting simulates its segments in one ``vmap`` and adds continuity ("defect") constraints.
+* Shooting simulates with ``simulate`` (fixed-step RK4, ``substeps`` steps per interval) in normalized
+  time s = t / T (so the duration T can be a decision variable); multiple shooting simulates its
+  segments in one ``vmap`` and adds continuity ("defect") constraints.
 * Collocation evaluates the plant's time derivatives at the knots and interval midpoints (vmapped)
   and imposes the Hermite-Simpson defects.
-* Constraints are handled by an augmented Lagrangian (multiplier and penalty updates) whose inner
-  problems are solved with L-BFGS (optax); the result reports the remaining constraint violation.
+* The nonlinear program is solved by :func:`~jaxsys.analysis.nlp.solve_nlp`: SciPy's SLSQP by default
+  (``solver="slsqp"``), or the pure-JAX augmented Lagrangian (``solver="augmented_lagrangian"``).
 
-Costs: ``running_cost(x, u) -> scalar`` integrated over time, ``final_cost(x) -> scalar``.
+Costs: ``running_cost(x, u) -> scalar`` integrated over time, ``final_cost(x) -> scalar``, and
+``time_cost`` per second of duration (with a free final time).
 
-Imports (within jaxsys): the framework's ``context``, ``diagram_builder``, ``errors``, ``system``;
-``primitives/sources``, ``integrators``, ``simulate``.
+Imports (within jaxsys): the framework's ``context``, ``errors``, ``leaf_system``, ``system``;
+``primitives/sources``, ``integrators``, ``simulate``, ``nlp``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
@@ -38,18 +40,26 @@ from ..framework.leaf_system import LeafSystem
 from ..framework.system import System
 from ..primitives.sources import PiecewisePolynomial
 from .integrators import RungeKutta4Integrator
+from .nlp import augmented_lagrangian, solve_nlp
 from .simulate import simulate
+
+
+__all__ = ["TrajOptResult", "augmented_lagrangian", "direct_collocation", "direct_shooting", "simulate_open_loop"]
 
 
 @dataclasses.dataclass
 class TrajOptResult:
-    """The outcome of a trajectory optimization.
+    """The outcome of a trajectory optimization (Drake's ``MathematicalProgramResult`` for a
+    ``DirectCollocation`` / ``MultipleShooting`` program, reduced to what a trajectory needs).
 
-    **Fields:** `method`; `times` (N+1,) knot times; `u` (N+1, m) input knots; `x` (N+1, n) states at
-    the knots (from the method's own model); `cost`; `constraint_violation` (max abs over equality
-    constraints and positive parts of inequalities); `outer_iterations`; `input_trajectory` (a
-    first-order-hold PiecewisePolynomial of `u`); `success` (the violation is finite and at most
-    `tolerance`; when it is not, a warning names the options that control convergence).
+    **Fields:** `method`; `times` (N+1,) knot times (seconds; with a free final time, on the optimized
+    duration); `u` (N+1, m) input knots; `x` (N+1, n) states at the knots (from the method's own model);
+    `cost`; `constraint_violation` (max abs over equality constraints and positive parts of
+    inequalities and bounds); `iterations` (the solver's: SQP iterations, or augmented-Lagrangian
+    outer iterations); `input_trajectory` (a first-order-hold PiecewisePolynomial of `u`); `success`
+    (the solver converged and the violation is at most `tolerance`; when not, a warning names the
+    options that control convergence); `tolerance`; `solver`; `message` (the solver's own words);
+    `final_time` (= times[-1]).
     """
 
     method: str
@@ -58,80 +68,17 @@ class TrajOptResult:
     x: np.ndarray
     cost: float
     constraint_violation: float
-    outer_iterations: int
+    iterations: int
     input_trajectory: PiecewisePolynomial
     success: bool = False
     tolerance: float = 1e-6
+    solver: str = "slsqp"
+    message: str = ""
 
-
-def augmented_lagrangian(
-    objective: Callable[[Any], jax.Array],
-    z0: Any,
-    equality: Callable[[Any], jax.Array] | None = None,
-    inequality: Callable[[Any], jax.Array] | None = None,
-    outer_iterations: int = 20,
-    inner_iterations: int = 100,
-    penalty: float = 100.0,
-    penalty_growth: float = 10.0,
-    max_penalty: float = 1e8,
-    tolerance: float = 1e-6,
-) -> tuple[Any, dict[str, Any]]:
-    """Minimize ``objective(z)`` s.t. ``equality(z) = 0`` and ``inequality(z) <= 0`` (Powell-Hestenes-
-    Rockafellar augmented Lagrangian; each inner problem solved by ``inner_iterations`` of L-BFGS).
-
-    Returns (z, info) with info = {"violation", "objective", "outer_iterations"}.
-    """
-    flat0, unravel = jax.flatten_util.ravel_pytree(z0)
-    eq = (lambda z: equality(unravel(z))) if equality is not None else (lambda z: jnp.zeros((0,), flat0.dtype))
-    ineq = (lambda z: inequality(unravel(z))) if inequality is not None else (lambda z: jnp.zeros((0,), flat0.dtype))
-    obj = lambda z: objective(unravel(z))  # noqa: E731
-    n_eq, n_in = eq(flat0).shape[0], ineq(flat0).shape[0]
-
-    def lagrangian(z: jax.Array, lam: jax.Array, nu: jax.Array, mu: jax.Array) -> jax.Array:
-        c = eq(z)
-        g = ineq(z)
-        value = obj(z) + lam @ c + 0.5 * mu * c @ c
-        shifted = jnp.maximum(0.0, nu + mu * g)
-        return value + (shifted @ shifted - nu @ nu) / (2.0 * mu)
-
-    @jax.jit
-    def inner(z: jax.Array, lam: jax.Array, nu: jax.Array, mu: jax.Array) -> jax.Array:
-        fun = lambda zz: lagrangian(zz, lam, nu, mu)  # noqa: E731
-        opt = optax.lbfgs()
-        value_and_grad = optax.value_and_grad_from_state(fun)
-
-        def step(_: int, carry: tuple[jax.Array, Any]) -> tuple[jax.Array, Any]:
-            z, state = carry
-            value, grad = value_and_grad(z, state=state)
-            updates, state = opt.update(grad, state, z, value=value, grad=grad, value_fn=fun)
-            return optax.apply_updates(z, updates), state
-
-        z, _ = jax.lax.fori_loop(0, inner_iterations, step, (z, opt.init(z)))
-        return z
-
-    def violation(z: jax.Array) -> float:
-        parts = [jnp.abs(eq(z)), jnp.maximum(ineq(z), 0.0)]
-        return float(jnp.max(jnp.concatenate([p for p in parts if p.size] or [jnp.zeros(1)])))
-
-    z = flat0
-    lam = jnp.zeros((n_eq,), flat0.dtype)
-    nu = jnp.zeros((n_in,), flat0.dtype)
-    mu = penalty
-    used = 0
-    for used in range(1, outer_iterations + 1):  # noqa: B007 - the count is reported
-        z = inner(z, lam, nu, jnp.asarray(mu))
-        if violation(z) <= tolerance:
-            break
-        lam = lam + mu * eq(z)
-        nu = jnp.maximum(0.0, nu + mu * ineq(z))
-        mu = min(mu * penalty_growth, max_penalty)
-    return unravel(z), {
-        "violation": violation(z),
-        "objective": float(obj(z)),
-        "outer_iterations": used,
-        "tolerance": tolerance,
-        "options": {"outer_iterations": outer_iterations, "inner_iterations": inner_iterations, "penalty": penalty},
-    }
+    @property
+    def final_time(self) -> float:
+        """The trajectory's duration T (seconds)."""
+        return float(self.times[-1])
 
 
 def _input_port(system: System) -> Any:
@@ -156,6 +103,13 @@ def _bounds(u_limit: Any, lower: Any, upper: Any, what: str) -> tuple[Any, Any]:
     return lower, upper
 
 
+def _box(bound: Any, shape: tuple[int, ...], fill: float) -> np.ndarray:
+    """A per-knot bound (None, a scalar or a per-component vector) broadcast to (knots, size)."""
+    if bound is None:
+        return np.full(shape, fill)
+    return np.broadcast_to(np.asarray(bound, float), shape).copy()
+
+
 def _box_constraints(v: jax.Array, lower: Any, upper: Any) -> jax.Array:
     """``lower <= v`` and ``v <= upper`` as ``g(v) <= 0`` (elementwise; infinite bounds drop out)."""
     parts = []
@@ -168,68 +122,85 @@ def _box_constraints(v: jax.Array, lower: Any, upper: Any) -> jax.Array:
     return jnp.concatenate(parts) if parts else jnp.zeros((0,), v.dtype)
 
 
-def _trapezoid(values: jax.Array, h: float) -> jax.Array:
-    return h * (jnp.sum(values) - 0.5 * (values[0] + values[-1]))
+def _final_time(T: float, final_time_bounds: Any, what: str) -> tuple[float, tuple[float, float] | None]:
+    if final_time_bounds is None:
+        if not T > 0:
+            raise JaxsysError(f"{what}: the duration T must be positive, got {T}.")
+        return float(T), None
+    lo, hi = (float(b) for b in final_time_bounds)
+    if not 0 < lo <= hi:
+        raise JaxsysError(f"{what}: final_time_bounds must satisfy 0 < lower <= upper, got {final_time_bounds}.")
+    return float(np.clip(T, lo, hi)), (lo, hi)
 
 
 class _OpenLoop(LeafSystem):
-    """The plant under a first-order-hold input whose knots are this system's numeric parameter: its
-    state is the plant's continuous state, its dynamics the plant's with the input interpolated. The
-    plant is held as a field, never added to a diagram, so the same plant can be optimized, simulated
-    and used in the user's own diagrams any number of times."""
+    """The plant under a first-order-hold input, in normalized time s (plant time t = t_start + T s):
+    its state is the plant's continuous state, its dynamics T times the plant's with the input
+    interpolated between knots at ``knot_s``. Numeric parameter 0 holds the knots, parameter 1
+    [T, t_start]. The plant is held as a field, never added to a diagram, so the same plant can be
+    optimized, simulated and used in the user's own diagrams any number of times."""
 
     plant: System
     plant_context: Context
     port_index: int = eqx.field(static=True)
-    times: tuple[float, ...] = eqx.field(static=True)
+    knot_s: tuple[float, ...] = eqx.field(static=True)
     m: int = eqx.field(static=True)
 
-    def __init__(self, plant: System, context: Context, port: Any, times: np.ndarray) -> None:
+    def __init__(self, plant: System, context: Context, port: Any, knot_s: np.ndarray) -> None:
         super().__init__("open_loop")
         self.plant = plant
         self.plant_context = context
         self.port_index = port.get_index()
-        self.times = tuple(float(t) for t in times)
+        self.knot_s = tuple(float(s) for s in knot_s)
         self.m = port.size()
         cs = context.get_continuous_state()
         self.declare_continuous_state(cs.num_q, cs.num_v, cs.num_z)
-        self.declare_numeric_parameter(np.zeros(len(times) * self.m))
+        self.declare_numeric_parameter(np.zeros(len(knot_s) * self.m))
+        self.declare_numeric_parameter(np.array([1.0, 0.0]))
 
     def do_calc_time_derivatives(self, context: Context) -> jax.Array:
-        knots = context.get_numeric_parameter(0).reshape(len(self.times), self.m)
-        t = context.get_time()
-        u = jax.vmap(lambda col: jnp.interp(t, jnp.asarray(self.times, t.dtype), col), out_axes=0)(knots.T)
+        knots = context.get_numeric_parameter(0).reshape(len(self.knot_s), self.m)
+        duration, t_start = context.get_numeric_parameter(1)
+        s = context.get_time()
+        u = jax.vmap(lambda col: jnp.interp(s, jnp.asarray(self.knot_s, s.dtype), col))(knots.T)
         port = self.plant.get_input_port(self.port_index)
         pctx = port.fix_value(
-            self.plant_context.with_time(t).with_continuous_state(context.get_continuous_state_vector()), u
+            self.plant_context.with_time(t_start + duration * s).with_continuous_state(
+                context.get_continuous_state_vector()
+            ),
+            u,
         )
-        return self.plant._calc_time_derivatives_raw(pctx)
+        return duration * self.plant._calc_time_derivatives_raw(pctx)
 
 
 class _ShootingModel:
-    """The plant driven by a first-order-hold input (:class:`_OpenLoop`); simulates from (x0, u
-    knots) with ``simulate`` and records the states at the knots."""
+    """A segment of L of the N intervals of [0, T], simulated with ``simulate`` (fixed-step RK4,
+    ``substeps`` steps per interval) in normalized time from (x_start, its L+1 input knots, T,
+    t_start); records the states at its knots."""
 
-    def __init__(self, system: System, context: Context, T: float, N: int, substeps: int) -> None:
+    def __init__(self, system: System, context: Context, N: int, L: int, substeps: int) -> None:
         system.validate_context(context)
         self.port = _input_port(system)
         self.m = self.port.size()
-        self.T, self.N = float(T), int(N)
-        self.h = self.T / self.N
-        self.times = np.linspace(0.0, self.T, self.N + 1)
-        self.wrapper = _OpenLoop(system, context, self.port, self.times)
+        self.N, self.L = int(N), int(L)
+        self.knot_s = np.arange(self.L + 1) / self.N
+        self.wrapper = _OpenLoop(system, context, self.port, self.knot_s)
         dtype = context.get_time().dtype
         self.base = self.wrapper.create_default_context(dtype).with_continuous_state(
             context.get_continuous_state_vector()
         )
-        self.integrator = RungeKutta4Integrator(max_step_size=self.h / substeps)
+        self.integrator = RungeKutta4Integrator(max_step_size=1.0 / (self.N * substeps))
         self.x0 = context.get_continuous_state_vector()
 
-    def rollout(self, x_start: jax.Array, u: jax.Array) -> jax.Array:
-        """States at all knots, starting from x_start, under the first-order-hold input u."""
-        ctx = self.base.with_numeric_parameter(0, jnp.reshape(u, (-1,)).astype(self.base.get_time().dtype))
+    def rollout(self, x_start: jax.Array, u: jax.Array, T: jax.Array, t_start: jax.Array = 0.0) -> jax.Array:
+        """States at the segment's knots, starting from x_start, under the first-order-hold input u."""
+        dtype = self.base.get_time().dtype
+        ctx = self.base.with_numeric_parameter(0, jnp.reshape(u, (-1,)).astype(dtype))
+        ctx = ctx.with_numeric_parameter(1, jnp.stack([jnp.asarray(T, dtype), jnp.asarray(t_start, dtype)]))
         ctx = ctx.with_continuous_state(x_start)
-        return simulate(self.wrapper, ctx, self.T, self.integrator, save_at=self.times, start_time=0.0).ys
+        return simulate(
+            self.wrapper, ctx, float(self.knot_s[-1]), self.integrator, save_at=self.knot_s, start_time=0.0
+        ).ys
 
 
 def direct_shooting(
@@ -248,70 +219,112 @@ def direct_shooting(
     u_upper: Any = None,
     x_lower: Any = None,
     x_upper: Any = None,
+    final_time_bounds: tuple[float, float] | None = None,
+    time_cost: float = 0.0,
+    x_init: Any = None,
+    solver: str = "slsqp",
     **solver_options: Any,
 ) -> TrajOptResult:
     """Direct shooting (``num_segments=1``) or multiple shooting (``num_segments>1``, segments
-    simulated in one ``vmap`` with continuity constraints) from the state in ``context``.
+    simulated in one ``vmap`` with continuity constraints) from the state in ``context`` (Drake's
+    ``MultipleShooting`` family, with the simulator as the integration rule).
 
-    ``x_final``: a required final state (equality constraint); ``u_limit``: |u| <= u_limit elementwise,
-    or separate ``u_lower`` / ``u_upper``; ``x_lower`` / ``x_upper``: bounds on the states at the knots
-    (``inf`` entries are unbounded). Solver options (``outer_iterations``, ``inner_iterations``,
-    ``penalty``, ``tolerance``...): see :func:`augmented_lagrangian`.
-    ``system`` is the plant alone (one vector input port); it is not modified or taken over (it may
-    be part of your own diagrams and be optimized any number of times).
+    Args:
+        system: the plant alone (one vector input port); it is not modified or taken over (it may be
+            part of your own diagrams and be optimized any number of times).
+        context: the plant's context; its continuous state is the initial state x0.
+        T: the duration (seconds); with ``final_time_bounds`` the initial guess of a free duration.
+        num_intervals: N input intervals (N + 1 knots, first-order hold).
+        running_cost: ``(x (n,), u (m,)) -> scalar``, integrated over [0, T] (trapezoid on the knots).
+        final_cost: ``x (n,) -> scalar``.
+        x_final: a required final state (equality constraint).
+        u_limit: |u| <= u_limit elementwise; or separate ``u_lower`` / ``u_upper``.
+        x_lower, x_upper: bounds on the states at the knots after the first (``inf``: unbounded).
+        num_segments: multiple-shooting segments (a divisor of N); 1 is single shooting.
+        substeps: RK4 steps per interval.
+        u_init: the initial guess of the inputs (broadcast to (N+1, m)).
+        x_init: the initial guess of the states at the knots, (N+1, n) (multiple shooting uses the
+            segments' start states; e.g. a collocation result's ``x``). Default: a straight line from
+            x0 to ``x_final`` (or x0).
+        final_time_bounds: (T_min, T_max) makes the duration a decision variable.
+        time_cost: cost per second of duration (a minimum-time term, with a free final time).
+        solver: ``"slsqp"`` (SciPy's SQP, the default) or ``"augmented_lagrangian"`` (pure JAX).
+        solver_options: that solver's options (e.g. ``max_iterations``, ``tolerance``; see
+            :func:`~jaxsys.analysis.nlp.slsqp` and :func:`~jaxsys.augmented_lagrangian`).
     """
     N, M = int(num_intervals), int(num_segments)
     if N % M:
         raise JaxsysError(f"direct_shooting: num_intervals ({N}) must be a multiple of num_segments ({M}).")
     L = N // M
-    # one model for a segment of L intervals; every segment runs on its own clock from t = 0, so all
-    # of them share one static step plan and run as one vmapped scan
-    model = _ShootingModel(system, context, float(T) / M, L, substeps)
-    times = np.linspace(0.0, float(T), N + 1)
+    T0, t_bounds = _final_time(T, final_time_bounds, "direct_shooting")
+    # one model for a segment of L intervals; all segments share one static step plan (normalized
+    # time) and run as one vmapped scan, each from its own start time
+    model = _ShootingModel(system, context, N, L, substeps)
     shape = (N + 1, model.m)
     u0 = jnp.zeros(shape) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, float), shape)
     x0 = model.x0
+    n = x0.shape[0]
+
+    def duration(z: dict[str, jax.Array]) -> jax.Array:
+        return z["T"][0] if t_bounds is not None else jnp.asarray(T0, x0.dtype)
 
     def segments(z: dict[str, jax.Array]) -> jax.Array:
         starts = jnp.concatenate([x0[None], z["s"]]) if M > 1 else x0[None]
         u_segs = jnp.stack([z["u"][j * L : j * L + L + 1] for j in range(M)])
-        return jax.vmap(model.rollout)(starts, u_segs)  # (M, L + 1, n)
+        Tz = duration(z)
+        t_starts = Tz * jnp.arange(M) * L / N
+        return jax.vmap(model.rollout, in_axes=(0, 0, None, 0))(starts, u_segs, Tz, t_starts)  # (M, L + 1, n)
 
     def all_knots(z: dict[str, jax.Array]) -> jax.Array:
         segs = segments(z)
-        return jnp.concatenate([segs[:, :-1].reshape(-1, x0.shape[0]), segs[-1, -1:]])
+        return jnp.concatenate([segs[:, :-1].reshape(-1, n), segs[-1, -1:]])
 
     def cost(z: dict[str, jax.Array]) -> jax.Array:
         xs = all_knots(z)
-        value = _trapezoid(jax.vmap(running_cost)(xs, z["u"]), model.h)
+        value = _trapezoid(jax.vmap(running_cost)(xs, z["u"]), duration(z) / N)
         if final_cost is not None:
             value = value + final_cost(xs[-1])
-        return value
+        return value + time_cost * duration(z)
 
     def equality(z: dict[str, jax.Array]) -> jax.Array:
-        parts = []
+        parts = [jnp.zeros((0,), x0.dtype)]
         if M > 1:
             segs = segments(z)
             parts.append((segs[:-1, -1] - z["s"]).ravel())  # continuity defects
         if x_final is not None:
-            parts.append(all_knots(z)[-1] - jnp.asarray(x_final, float))
-        return jnp.concatenate(parts) if parts else jnp.zeros((0,))
-
-    z0: dict[str, jax.Array] = {"u": u0}
-    if M > 1:  # initial segment states: a straight line from x0 to the goal (or x0)
-        goal = jnp.asarray(x_final, float) if x_final is not None else x0
-        frac = jnp.arange(1, M)[:, None] / M
-        z0["s"] = x0[None] + frac * (goal - x0)[None]
-    lo, hi = _bounds(u_limit, u_lower, u_upper, "direct_shooting")
-
-    def inequality(z: dict[str, jax.Array]) -> jax.Array:
-        parts = [_box_constraints(z["u"], lo, hi)]
-        if x_lower is not None or x_upper is not None:
-            parts.append(_box_constraints(all_knots(z)[1:], x_lower, x_upper))
+            parts.append(all_knots(z)[-1] - jnp.asarray(x_final, x0.dtype))
         return jnp.concatenate(parts)
 
-    z, info = augmented_lagrangian(cost, z0, equality, inequality, **solver_options)
+    z0: dict[str, jax.Array] = {"u": u0}
+    lo_u, hi_u = _bounds(u_limit, u_lower, u_upper, "direct_shooting")
+    lower: dict[str, Any] = {"u": _box(lo_u, shape, -np.inf)}
+    upper: dict[str, Any] = {"u": _box(hi_u, shape, np.inf)}
+    if M > 1:  # initial segment states: x_init's, or a straight line from x0 to the goal (or x0)
+        if x_init is not None:
+            z0["s"] = jnp.broadcast_to(jnp.asarray(x_init, x0.dtype), (N + 1, n))[L:N:L]
+        else:
+            goal = jnp.asarray(x_final, x0.dtype) if x_final is not None else x0
+            frac = jnp.arange(1, M)[:, None] / M
+            z0["s"] = x0[None] + frac * (goal - x0)[None]
+        lower["s"] = _box(x_lower, (M - 1, n), -np.inf)
+        upper["s"] = _box(x_upper, (M - 1, n), np.inf)
+    if t_bounds is not None:
+        z0["T"] = jnp.asarray([T0])
+        lower["T"], upper["T"] = np.array([t_bounds[0]]), np.array([t_bounds[1]])
+
+    inequality = None
+    if x_lower is not None or x_upper is not None:
+
+        def inequality(z: dict[str, jax.Array]) -> jax.Array:
+            return _box_constraints(all_knots(z)[1:], x_lower, x_upper)
+
+    z, info = solve_nlp(cost, z0, equality, inequality, lower, upper, solver=solver, **solver_options)
+    times = duration(z) * np.arange(N + 1) / N
     return _result("multiple_shooting" if M > 1 else "direct_shooting", times, z["u"], all_knots(z), info)
+
+
+def _trapezoid(values: jax.Array, h: jax.Array) -> jax.Array:
+    return h * (jnp.sum(values) - 0.5 * (values[0] + values[-1]))
 
 
 def direct_collocation(
@@ -328,17 +341,30 @@ def direct_collocation(
     u_upper: Any = None,
     x_lower: Any = None,
     x_upper: Any = None,
+    final_time_bounds: tuple[float, float] | None = None,
+    time_cost: float = 0.0,
+    x_init: Any = None,
+    solver: str = "slsqp",
     **solver_options: Any,
 ) -> TrajOptResult:
-    """Hermite-Simpson direct collocation on the continuous dynamics of ``system`` (one vector input
-    port) from the state in ``context``; the input is first-order hold between knots. Bounds as in
-    :func:`direct_shooting` (state bounds apply at the knots)."""
+    """Hermite-Simpson direct collocation (Drake's ``DirectCollocation``) on the continuous dynamics of
+    ``system`` (one vector input port) from the state in ``context``; the input is first-order hold
+    between knots, the running cost integrated by Simpson's rule.
+
+    Arguments as :func:`direct_shooting` (state bounds apply at the knots after the first), plus
+    ``x_init``: the initial guess of the knot states, shape (N+1, n) (default: a straight line from
+    x0 to ``x_final``, or x0).
+    """
     port = _input_port(system)
     m = port.size()
     N = int(num_intervals)
-    h = float(T) / N
-    times = np.linspace(0.0, float(T), N + 1)
+    T0, t_bounds = _final_time(T, final_time_bounds, "direct_collocation")
     x0 = context.get_continuous_state_vector()
+    n = x0.shape[0]
+    s_grid = jnp.arange(N + 1) / N
+
+    def duration(z: dict[str, jax.Array]) -> jax.Array:
+        return z["T"][0] if t_bounds is not None else jnp.asarray(T0, x0.dtype)
 
     def f(x: jax.Array, u: jax.Array, t: jax.Array) -> jax.Array:
         ctx = port.fix_value(context.with_continuous_state(x).with_time(t), u)
@@ -349,54 +375,61 @@ def direct_collocation(
 
     def defects_and_cost(z: dict[str, jax.Array]) -> tuple[jax.Array, jax.Array]:
         xs, us = unpack(z), z["u"]
-        fs = jax.vmap(f)(xs, us, jnp.asarray(times))
+        Tz = duration(z)
+        h = Tz / N
+        times = (Tz * s_grid).astype(x0.dtype)
+        fs = jax.vmap(f)(xs, us, times)
         xm = 0.5 * (xs[:-1] + xs[1:]) + h / 8.0 * (fs[:-1] - fs[1:])
         um = 0.5 * (us[:-1] + us[1:])
-        fm = jax.vmap(f)(xm, um, jnp.asarray(times[:-1] + 0.5 * h))
+        fm = jax.vmap(f)(xm, um, times[:-1] + 0.5 * h)
         defects = xs[1:] - xs[:-1] - h / 6.0 * (fs[:-1] + 4.0 * fm + fs[1:])
         lk = jax.vmap(running_cost)(xs, us)
         lm = jax.vmap(running_cost)(xm, um)
         value = jnp.sum(h / 6.0 * (lk[:-1] + 4.0 * lm + lk[1:]))
         if final_cost is not None:
             value = value + final_cost(xs[-1])
-        return defects, value
+        return defects, value + time_cost * Tz
 
     def equality(z: dict[str, jax.Array]) -> jax.Array:
         d, _ = defects_and_cost(z)
         parts = [d.ravel()]
         if x_final is not None:
-            parts.append(unpack(z)[-1] - jnp.asarray(x_final, float))
+            parts.append(unpack(z)[-1] - jnp.asarray(x_final, x0.dtype))
         return jnp.concatenate(parts)
 
-    lo, hi = _bounds(u_limit, u_lower, u_upper, "direct_collocation")
-
-    def inequality(z: dict[str, jax.Array]) -> jax.Array:
-        parts = [_box_constraints(z["u"], lo, hi)]
-        if x_lower is not None or x_upper is not None:
-            parts.append(_box_constraints(z["x"], x_lower, x_upper))
-        return jnp.concatenate(parts)
-
-    goal = jnp.asarray(x_final, float) if x_final is not None else x0
-    frac = jnp.arange(1, N + 1)[:, None] / N
+    lo_u, hi_u = _bounds(u_limit, u_lower, u_upper, "direct_collocation")
+    goal = jnp.asarray(x_final, x0.dtype) if x_final is not None else x0
+    if x_init is None:
+        xs_init = x0[None] + (jnp.arange(1, N + 1)[:, None] / N) * (goal - x0)[None]
+    else:
+        xs_init = jnp.broadcast_to(jnp.asarray(x_init, x0.dtype), (N + 1, n))[1:]
     z0 = {
-        "x": x0[None] + frac * (goal - x0)[None],
+        "x": xs_init,
         "u": jnp.zeros((N + 1, m)) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, float), (N + 1, m)),
     }
-    z, info = augmented_lagrangian(lambda z: defects_and_cost(z)[1], z0, equality, inequality, **solver_options)
+    lower: dict[str, Any] = {"x": _box(x_lower, (N, n), -np.inf), "u": _box(lo_u, (N + 1, m), -np.inf)}
+    upper: dict[str, Any] = {"x": _box(x_upper, (N, n), np.inf), "u": _box(hi_u, (N + 1, m), np.inf)}
+    if t_bounds is not None:
+        z0["T"] = jnp.asarray([T0], x0.dtype)
+        lower["T"], upper["T"] = np.array([t_bounds[0]]), np.array([t_bounds[1]])
+    z, info = solve_nlp(
+        lambda z: defects_and_cost(z)[1], z0, equality, None, lower, upper, solver=solver, **solver_options
+    )
+    times = np.asarray(duration(z)) * np.arange(N + 1) / N
     return _result("direct_collocation", times, z["u"], unpack(z), info)
 
 
 def _result(method: str, times: np.ndarray, u: jax.Array, x: jax.Array, info: dict[str, Any]) -> TrajOptResult:
     violation, tolerance = info["violation"], info["tolerance"]
-    success = bool(np.isfinite(violation) and np.isfinite(info["objective"]) and violation <= tolerance)
+    success = bool(info["converged"])
     if not success:
-        opts = info["options"]
+        opts = ", ".join(f"{k} (now {v})" for k, v in info["options"].items())
         warnings.warn(
-            f"{method}: did not converge: constraint violation {violation:.3g} > tolerance {tolerance:g} after "
-            f"{info['outer_iterations']} outer iterations (cost {info['objective']:.4g}). Options that control "
-            f"convergence: outer_iterations (now {opts['outer_iterations']}), inner_iterations (now "
-            f"{opts['inner_iterations']}), penalty (now {opts['penalty']}), tolerance; a better initial guess "
-            f"(u_init) or more knots also help. result.success is False.",
+            f"{method}: did not converge ({info['message']}): constraint violation {violation:.3g} "
+            f"(tolerance {tolerance:g}) after {info['iterations']} iterations of {info['solver']} (cost "
+            f"{info['objective']:.4g}). Options that control convergence: {opts}, tolerance; the other "
+            f"solver (solver='slsqp' or 'augmented_lagrangian'); a better initial guess (u_init, x_init) "
+            f"or more knots also help. result.success is False.",
             stacklevel=3,
         )
     return TrajOptResult(
@@ -406,15 +439,18 @@ def _result(method: str, times: np.ndarray, u: jax.Array, x: jax.Array, info: di
         np.asarray(x),
         info["objective"],
         violation,
-        info["outer_iterations"],
-        PiecewisePolynomial.first_order_hold(times, np.asarray(u)),
+        info["iterations"],
+        PiecewisePolynomial.first_order_hold(np.asarray(times), np.asarray(u)),
         success,
         tolerance,
+        info["solver"],
+        info["message"],
     )
 
 
 def simulate_open_loop(system: System, context: Context, result: TrajOptResult, substeps: int = 20) -> np.ndarray:
     """Simulate ``system`` from ``context`` under the optimized input (first-order hold) with the
-    simulator; returns the states at the knot times, shape (N+1, n)."""
-    model = _ShootingModel(system, context, float(result.times[-1]), len(result.times) - 1, substeps)
-    return np.asarray(model.rollout(model.x0, jnp.asarray(result.u)))
+    simulator (RK4, ``substeps`` steps per interval); returns the states at the knot times, shape (N+1, n)."""
+    N = len(result.times) - 1
+    model = _ShootingModel(system, context, N, N, substeps)
+    return np.asarray(model.rollout(model.x0, jnp.asarray(result.u), result.final_time))
