@@ -576,6 +576,57 @@ def case_fit():
     ]
 
 
+def case_acrobot():
+    """S9: time to converge for the acrobot swing-up (issue #19), hanging to upright in 4 s, |u| <= 20,
+    effort cost: direct collocation (40 intervals), multiple shooting (40 intervals, 10 segments), both
+    with the default solver (SciPy's SLSQP), and iLQR (80 RK4 steps, quadratic terminal cost). "compile"
+    is the first call, "run" a second (each call builds and compiles its own program: a user's first
+    and second call see the same). The implementation column says whether it converged and how close
+    the final state came to the goal."""
+    import warnings
+
+    from jaxsys.examples import Acrobot
+
+    plant = Acrobot()
+    ctx = plant.get_input_port(0).fix_value(plant.create_default_context(), [0.0])
+    goal = np.array([np.pi, 0.0, 0.0, 0.0])
+
+    def effort(x, u):
+        return u @ u
+
+    def colloc():
+        return js.direct_collocation(plant, ctx, 4.0, 40, effort, x_final=goal, u_limit=20.0)
+
+    def shooting():
+        return js.direct_shooting(plant, ctx, 4.0, 40, effort, x_final=goal, u_limit=20.0, num_segments=10)
+
+    def ilqr():
+        return js.ilqr(
+            plant,
+            ctx,
+            4.0,
+            80,
+            lambda x, u: 0.01 * u @ u,
+            lambda x: 1000.0 * jnp.sum((x - goal) ** 2),
+            u_lower=-20.0,
+            u_upper=20.0,
+        )
+
+    rows = []
+    for name, fn in (("direct_collocation (SLSQP)", colloc), ("multiple shooting (SLSQP)", shooting), ("iLQR", ilqr)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t = time.perf_counter()
+            r = fn()
+            first = time.perf_counter() - t
+            t = time.perf_counter()
+            fn()
+            run = time.perf_counter() - t
+        miss = float(np.max(np.abs(np.asarray(r.x)[-1] - goal)))
+        rows.append((f"{name}: success {r.success}, {r.iterations} it, |x_N - goal| {miss:.1e}", first, run))
+    return "S9 acrobot swing-up, time to converge", rows
+
+
 def case_sampled_pid():
     """S5: double integrator + discrete PID (period 0.01, ZOH), RK4 with h = the period, 5 s."""
     kp, ki, kd, T = 10.0, 1.0, 5.0, 0.01
@@ -810,6 +861,7 @@ def main() -> None:
         ("S2c", case_fixed_rk4_saved),
         ("S7", case_grad),
         ("S7-fit", case_fit),
+        ("S9-acrobot", case_acrobot),
         ("S5", case_sampled_pid),
         ("S4", case_bouncing_ball),
         ("S6-1", lambda: case_batch(1)),
