@@ -44,6 +44,8 @@ from .analysis.integrators import (
 from .analysis.linearize import (
     NotEquilibriumError as NotEquilibriumError,
     continuous_algebraic_riccati as continuous_algebraic_riccati,
+    discrete_algebraic_riccati_equation as discrete_algebraic_riccati_equation,
+    discrete_time_linear_quadratic_regulator as discrete_time_linear_quadratic_regulator,
     first_order_taylor_approximation as first_order_taylor_approximation,
     linear_quadratic_regulator as linear_quadratic_regulator,
     linear_quadratic_regulator_system as linear_quadratic_regulator_system,
@@ -144,11 +146,13 @@ from .primitives import (
     Demultiplexer as Demultiplexer,
     DiscreteDerivative as DiscreteDerivative,
     DiscretePidController as DiscretePidController,
+    ExtendedKalmanFilter as ExtendedKalmanFilter,
     FirstOrderLowPassFilter as FirstOrderLowPassFilter,
     FunctionSystem as FunctionSystem,
     Gain as Gain,
     Integrator as Integrator,
     LinearSystem as LinearSystem,
+    LuenbergerObserver as LuenbergerObserver,
     MatrixGain as MatrixGain,
     Multiplexer as Multiplexer,
     PassThrough as PassThrough,
@@ -162,7 +166,9 @@ from .primitives import (
     VectorLogSink as VectorLogSink,
     VectorSystem as VectorSystem,
     ZeroOrderHold as ZeroOrderHold,
+    discrete_time_steady_state_kalman_filter as discrete_time_steady_state_kalman_filter,
     log_vector_output as log_vector_output,
+    steady_state_kalman_filter as steady_state_kalman_filter,
 )
 
 

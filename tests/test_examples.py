@@ -68,6 +68,17 @@ def test_trajectory_optimization_example_reaches_the_top():
     assert abs(float(dev[1])) < 0.05 and abs(float(dev[0])) < 0.05
 
 
+def test_kalman_lqr_example_estimates_better_than_the_sensor_and_balances():
+    text = run_example("kalman_lqr_pendulum.py")
+    est, meas, rate = map(
+        float, re.search(r"angle ([\d.]+) rad \(measurement noise rms ([\d.]+)\), rate ([\d.]+)", text).groups()
+    )
+    assert est < 0.5 * meas  # the filter beats the raw sensor by more than 2x
+    assert rate < 0.2  # the never-measured rate is estimated
+    final = float(re.search(r"final angle - pi: ([-+\d.]+)", text).group(1))
+    assert abs(final) < 0.1  # balanced near the top
+
+
 def test_batched_simulation_example_energy_decreases_everywhere():
     text = run_example("batched_simulation.py")
     n_dec, n = map(int, re.search(r"members whose energy decreased: (\d+) of (\d+)", text).groups())

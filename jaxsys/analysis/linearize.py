@@ -204,7 +204,7 @@ def _matrix(M: Any, name: str, caller: str) -> Any:
     return arr
 
 
-def check_lqr_inputs(A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str) -> None:
+def check_lqr_inputs(A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str, discrete: bool = False) -> None:
     """Drake's checks of an LQR problem, with named errors: shapes (A n x n, B n x m, Q n x n, R m x m,
     N n x m), and where the values are known (not traced): R symmetric positive definite, Q symmetric,
     Q - N R^-1 N^T positive semidefinite, (A, B) stabilizable and (A, Q) detectable (PBH tests on the
@@ -249,7 +249,7 @@ def check_lqr_inputs(A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str) -> Non
     ascale = max(1.0, float(np.max(np.abs(A)))) if n else 1.0
     tol = 1e-9 * ascale
     for lam in np.linalg.eigvals(A):
-        if lam.real < -tol:
+        if (abs(lam) < 1.0 - tol) if discrete else (lam.real < -tol):  # a stable mode needs nothing
             continue
         pencil = lam * np.eye(n) - A
         if np.linalg.matrix_rank(np.hstack([pencil, B]), tol=tol) < n:
@@ -308,6 +308,56 @@ def linear_quadratic_regulator(A: Any, B: Any, Q: Any, R: Any, N: Any = None) ->
     B = jnp.asarray(B, S.dtype)
     NT = 0.0 if N is None else jnp.asarray(N, S.dtype).T
     K = jnp.linalg.solve(jnp.asarray(R, S.dtype), B.T @ S + NT)
+    return K, S
+
+
+def discrete_algebraic_riccati_equation(
+    A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 40
+) -> jax.Array:
+    """S solving S = Aᵀ S A − (Aᵀ S B + N)(R + Bᵀ S B)⁻¹(Bᵀ S A + Nᵀ) + Q, the stabilizing solution
+    (Drake: ``DiscreteAlgebraicRiccatiEquation``).
+
+    Structure-preserving doubling (quadratically convergent; only inverses and products, so
+    ``jax.grad`` and ``vmap`` go through it). Inputs are checked as for
+    :func:`continuous_algebraic_riccati`, with the discrete-time stabilizability / detectability tests
+    (modes with |λ| >= 1).
+    """
+    check_lqr_inputs(A, B, Q, R, N, "discrete_algebraic_riccati_equation", discrete=True)
+    return _dare(A, B, Q, R, N, iterations)
+
+
+def _dare(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 40) -> jax.Array:
+    A, B, Q, R = (jnp.asarray(M, dtype=jnp.result_type(float)) for M in (A, B, Q, R))
+    n = A.shape[0]
+    Rinv = jnp.linalg.inv(R)
+    if N is not None:
+        N = jnp.asarray(N, A.dtype)
+        A = A - B @ Rinv @ N.T
+        Q = Q - N @ Rinv @ N.T
+    eye = jnp.eye(n, dtype=A.dtype)
+
+    def body(_: int, carry: tuple) -> tuple:
+        Ak, Gk, Hk = carry
+        W = jnp.linalg.inv(eye + Gk @ Hk)
+        return Ak @ W @ Ak, Gk + Ak @ W @ Gk @ Ak.T, Hk + Ak.T @ Hk @ W @ Ak
+
+    _, _, S = jax.lax.fori_loop(0, iterations, body, (A, B @ Rinv @ B.T, Q))
+    return 0.5 * (S + S.T)
+
+
+def discrete_time_linear_quadratic_regulator(
+    A: Any, B: Any, Q: Any, R: Any, N: Any = None
+) -> tuple[jax.Array, jax.Array]:
+    """(K, S) for u[n] = −K x[n] minimizing Σ x[n]ᵀQx[n] + u[n]ᵀRu[n] + 2x[n]ᵀNu[n] subject to
+    x[n+1] = A x[n] + B u[n] (Drake: ``DiscreteTimeLinearQuadraticRegulator``).
+
+    S solves the discrete algebraic Riccati equation; K = (R + BᵀSB)⁻¹(BᵀSA + Nᵀ). Differentiable.
+    """
+    check_lqr_inputs(A, B, Q, R, N, "discrete_time_linear_quadratic_regulator", discrete=True)
+    S = _dare(A, B, Q, R, N)
+    A, B, R = (jnp.asarray(M, S.dtype) for M in (A, B, R))
+    NT = 0.0 if N is None else jnp.asarray(N, S.dtype).T
+    K = jnp.linalg.solve(R + B.T @ S @ B, B.T @ S @ A + NT)
     return K, S
 
 

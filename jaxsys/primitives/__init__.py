@@ -18,6 +18,12 @@ from .discrete import (
     PidController as PidController,
     ZeroOrderHold as ZeroOrderHold,
 )
+from .estimators import (
+    ExtendedKalmanFilter as ExtendedKalmanFilter,
+    LuenbergerObserver as LuenbergerObserver,
+    discrete_time_steady_state_kalman_filter as discrete_time_steady_state_kalman_filter,
+    steady_state_kalman_filter as steady_state_kalman_filter,
+)
 from .function_system import FunctionSystem as FunctionSystem, VectorSystem as VectorSystem
 from .linear import AffineSystem as AffineSystem, Integrator as Integrator, LinearSystem as LinearSystem
 from .log_sink import VectorLog as VectorLog, VectorLogSink as VectorLogSink, log_vector_output as log_vector_output
