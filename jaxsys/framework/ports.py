@@ -146,7 +146,8 @@ def abstract_value_kinds(model: Any) -> tuple[str, ...]:
     out = []
     for x in jax.tree_util.tree_leaves(model):
         try:
-            out.append(_KINDS.get(np.result_type(x).kind, str(np.result_type(x))))
+            dt = x.dtype if hasattr(x, "dtype") else np.result_type(x)
+            out.append(_KINDS.get(np.dtype(dt).kind, str(dt)))
         except TypeError:
             out.append(type(x).__name__)
     return tuple(out)

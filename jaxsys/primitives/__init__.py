@@ -2,6 +2,7 @@
 
 from .basic import (
     Adder as Adder,
+    ConstantValueSource as ConstantValueSource,
     ConstantVectorSource as ConstantVectorSource,
     Demultiplexer as Demultiplexer,
     FirstOrderLowPassFilter as FirstOrderLowPassFilter,
@@ -9,13 +10,17 @@ from .basic import (
     MatrixGain as MatrixGain,
     Multiplexer as Multiplexer,
     PassThrough as PassThrough,
+    PortSwitch as PortSwitch,
     Saturation as Saturation,
     Sine as Sine,
+    WrapToSystem as WrapToSystem,
 )
 from .discrete import (
     DiscreteDerivative as DiscreteDerivative,
     DiscretePidController as DiscretePidController,
+    DiscreteTimeDelay as DiscreteTimeDelay,
     PidController as PidController,
+    StateInterpolatorWithDiscreteDerivative as StateInterpolatorWithDiscreteDerivative,
     ZeroOrderHold as ZeroOrderHold,
 )
 from .estimators import (

@@ -118,11 +118,34 @@ class PassThrough(LeafSystem):
 
 
 class Saturation(LeafSystem):
-    """y = clip(u, lower, upper) elementwise (Drake's ``Saturation``); numeric parameters 0 and 1 hold
-    the limits. Ports ``u0``, ``y0``."""
+    """y = clip(u, min, max) elementwise (Drake's ``Saturation``), in Drake's two forms:
 
-    def __init__(self, lower: Any, upper: Any, name: str = "") -> None:
+    - ``Saturation(lower, upper)``: fixed limits, numeric parameters 0 and 1 (in the context, so they
+      can be differentiated or batched). Ports ``u0``, ``y0``.
+    - ``Saturation(input_size)``: limits from input ports, as Drake's: ``u0`` (the signal), ``u1``
+      (the upper limit) and ``u2`` (the lower limit); either limit port may be left unconnected
+      (unbounded on that side), not both. A lower limit above the upper one at run time gives NaN
+      output rather than a silent clip (use ``jax_debug_nans`` or check the output).
+    """
+
+    ports_enabled: bool = eqx.field(static=True)
+
+    def __init__(self, lower: Any, upper: Any = None, name: str = "") -> None:
         super().__init__(name)
+        if upper is None and isinstance(lower, (int, np.integer)) and not isinstance(lower, bool):
+            size = _check_size(lower, "Saturation")
+            self.ports_enabled = True
+            self.declare_vector_input_port("u0", size)
+            self.declare_vector_input_port("u1", size)  # max (Drake's order)
+            self.declare_vector_input_port("u2", size)  # min
+            self.declare_vector_output_port("y0", size, self.calc_y)
+            return
+        if upper is None:
+            raise DeclarationError(
+                f"Saturation {name!r}: give both limits, Saturation(lower, upper), or an input size for limits "
+                f"from input ports, Saturation(input_size); got Saturation({lower!r})."
+            )
+        self.ports_enabled = False
         lo = np.atleast_1d(np.asarray(lower, dtype=float))
         hi = np.atleast_1d(np.asarray(upper, dtype=float))
         lo, hi = np.broadcast_arrays(lo, hi)
@@ -133,10 +156,120 @@ class Saturation(LeafSystem):
         self.declare_vector_input_port("u0", lo.shape[0])
         self.declare_vector_output_port("y0", lo.shape[0], self.calc_y)
 
+    def get_max_value_port(self) -> Any:
+        """The upper-limit input port ``u1`` (Drake's ``get_max_value_port``)."""
+        return self.get_input_port(1)
+
+    def get_min_value_port(self) -> Any:
+        """The lower-limit input port ``u2`` (Drake's ``get_min_value_port``)."""
+        return self.get_input_port(2)
+
     def calc_y(self, context: Context) -> Any:
         """The clipped input."""
         u = self.get_input_port(0).eval(context)
-        return jnp.clip(u, context.get_numeric_parameter(0), context.get_numeric_parameter(1))
+        if not self.ports_enabled:
+            return jnp.clip(u, context.get_numeric_parameter(0), context.get_numeric_parameter(1))
+        has_max, has_min = self.get_input_port(1).has_value(context), self.get_input_port(2).has_value(context)
+        if not (has_max or has_min):
+            raise JaxsysError(
+                f"Saturation {self.get_system_id_string()}: neither limit port (u1 = max, u2 = min) has a value; "
+                f"connect at least one (Drake: 'has_min || has_max')."
+            )
+        hi = self.get_input_port(1).eval(context) if has_max else jnp.full_like(u, jnp.inf)
+        lo = self.get_input_port(2).eval(context) if has_min else jnp.full_like(u, -jnp.inf)
+        return jnp.where(lo <= hi, jnp.clip(u, lo, hi), jnp.nan)
+
+
+class ConstantValueSource(LeafSystem):
+    """Outputs a constant value of any pytree type (Drake's ``ConstantValueSource``) on the abstract
+    port ``y0``. The value is abstract parameter 0 (in the context: it can be changed per context,
+    batched, or differentiated)."""
+
+    def __init__(self, value: Any, name: str = "") -> None:
+        super().__init__(name)
+        self.declare_abstract_parameter(value)
+        self.declare_abstract_output_port("y0", value, lambda c: c.get_abstract_parameter(0), direct_feedthrough=False)
+
+
+class PortSwitch(LeafSystem):
+    """Passes through the input chosen by the ``port_selector`` input (Drake's ``PortSwitch``).
+
+    ``PortSwitch(vector_size, input_names)`` switches vector signals of ``vector_size``;
+    ``PortSwitch(model_value, input_names)`` switches pytree (abstract) signals shaped like the model.
+    Drake declares the inputs one by one (``DeclareInputPort(name)``); systems here are immutable, so
+    they are named at construction. Input ports: ``port_selector`` (an integer scalar, the index into
+    ``input_names``, an abstract port), then one per name; output ``value``. The selection is traced
+    (``jnp`` indexing), so it may change during a simulation; an index out of range is clamped (as JAX
+    indexing does).
+    """
+
+    names: tuple[str, ...] = eqx.field(static=True)
+    is_vector: bool = eqx.field(static=True)
+
+    def __init__(self, vector_size_or_model: Any, input_names: Sequence[str] = ("u0", "u1"), name: str = "") -> None:
+        super().__init__(name)
+        self.names = tuple(input_names)
+        if not self.names:
+            raise DeclarationError(f"PortSwitch {name!r}: give at least one input name.")
+        self.is_vector = isinstance(vector_size_or_model, (int, np.integer)) and not isinstance(
+            vector_size_or_model, bool
+        )
+        self.declare_abstract_input_port("port_selector", jnp.zeros((), jnp.int32))
+        for n in self.names:
+            if self.is_vector:
+                self.declare_vector_input_port(n, int(vector_size_or_model))
+            else:
+                self.declare_abstract_input_port(n, vector_size_or_model)
+        if self.is_vector:
+            self.declare_vector_output_port("value", int(vector_size_or_model), self.calc_value)
+        else:
+            self.declare_abstract_output_port("value", vector_size_or_model, self.calc_value)
+
+    def get_port_selector_input_port(self) -> Any:
+        """The ``port_selector`` input port (Drake's ``get_port_selector_input_port``)."""
+        return self.get_input_port(0)
+
+    def calc_value(self, context: Context) -> Any:
+        """The selected input's value."""
+        import jax
+
+        k = jnp.asarray(self.get_input_port(0).eval(context), jnp.int32)
+        values = [self.get_input_port(i + 1).eval(context) for i in range(len(self.names))]
+        return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves)[k], *values)
+
+
+class WrapToSystem(LeafSystem):
+    """Wraps chosen elements of the input into intervals: y_i = low + (u_i − low) mod (high − low) for each
+    ``index: (low, high)`` in ``intervals``, y_i = u_i for the others (Drake's ``WrapToSystem``, whose
+    ``set_interval`` calls become the ``intervals`` argument). Ports ``u0``, ``y0``."""
+
+    lows: tuple[float, ...] = eqx.field(static=True)
+    highs: tuple[float, ...] = eqx.field(static=True)
+
+    def __init__(self, size: int, intervals: dict[int, tuple[float, float]], name: str = "") -> None:
+        super().__init__(name)
+        size = _check_size(size, "WrapToSystem")
+        lows, highs = [-np.inf] * size, [np.inf] * size
+        for i, (lo, hi) in intervals.items():
+            if not 0 <= int(i) < size:
+                raise DeclarationError(f"WrapToSystem {name!r}: index {i} is outside the input (size {size}).")
+            if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+                raise DeclarationError(
+                    f"WrapToSystem {name!r}: interval {i} must have finite low < high; got ({lo}, {hi})."
+                )
+            lows[int(i)], highs[int(i)] = float(lo), float(hi)
+        self.lows, self.highs = tuple(lows), tuple(highs)
+        self.declare_vector_input_port("u0", size)
+        self.declare_vector_output_port("y0", size, self.calc_y)
+
+    def calc_y(self, context: Context) -> Any:
+        """The wrapped input."""
+        u = self.get_input_port(0).eval(context)
+        lo, hi = jnp.asarray(self.lows, u.dtype), jnp.asarray(self.highs, u.dtype)
+        wrap = jnp.isfinite(lo)
+        width = jnp.where(wrap, hi - lo, 1.0)
+        base = jnp.where(wrap, lo, 0.0)
+        return jnp.where(wrap, base + jnp.mod(u - base, width), u)
 
 
 class Multiplexer(LeafSystem):

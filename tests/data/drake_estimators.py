@@ -14,6 +14,7 @@ from pydrake.systems.estimators import DiscreteTimeSteadyStateKalmanFilter, Luen
 from pydrake.systems.framework import DiagramBuilder
 from pydrake.systems.primitives import ConstantVectorSource, LinearSystem
 
+
 out = {"header": "Drake 1.58.0 (pydrake, PyPI), double precision; see drake_estimators.py"}
 
 # a discretized double integrator with drag, h = 0.1
@@ -37,7 +38,10 @@ Cc = np.array([[1.0, 0.0]])
 W = np.diag([0.01, 0.1])
 V = np.array([[0.05]])
 out["kalman"] = {
-    "A": Ac.tolist(), "C": Cc.tolist(), "W": W.tolist(), "V": V.tolist(),
+    "A": Ac.tolist(),
+    "C": Cc.tolist(),
+    "W": W.tolist(),
+    "V": V.tolist(),
     "L_continuous": SteadyStateKalmanFilter(Ac, Cc, W, V).tolist(),
     "A_discrete": A.tolist(),
     "C_discrete": [[1.0, 0.0]],
