@@ -175,6 +175,11 @@ from .primitives import (
     log_vector_output as log_vector_output,
     steady_state_kalman_filter as steady_state_kalman_filter,
 )
+from .primitives.controllers import (
+    FiniteHorizonLQRResult as FiniteHorizonLQRResult,
+    finite_horizon_linear_quadratic_regulator as finite_horizon_linear_quadratic_regulator,
+    make_finite_horizon_linear_quadratic_regulator as make_finite_horizon_linear_quadratic_regulator,
+)
 
 
 __version__ = "0.1.0"

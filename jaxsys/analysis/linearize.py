@@ -204,7 +204,9 @@ def _matrix(M: Any, name: str, caller: str) -> Any:
     return arr
 
 
-def check_lqr_inputs(A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str, discrete: bool = False) -> None:
+def check_lqr_inputs(
+    A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str, discrete: bool = False, skip_stabilizability: bool = False
+) -> None:
     """Drake's checks of an LQR problem, with named errors: shapes (A n x n, B n x m, Q n x n, R m x m,
     N n x m), and where the values are known (not traced): R symmetric positive definite, Q symmetric,
     Q - N R^-1 N^T positive semidefinite, (A, B) stabilizable and (A, Q) detectable (PBH tests on the
@@ -246,6 +248,8 @@ def check_lqr_inputs(A: Any, B: Any, Q: Any, R: Any, N: Any, caller: str, discre
             f"{caller}: Q{' - N R^-1 N^T' if N is not None else ''} must be positive semidefinite; its smallest "
             f"eigenvalue is {np.min(np.linalg.eigvalsh(0.5 * (Qn + Qn.T))):.3g}."
         )
+    if skip_stabilizability:  # (a finite horizon needs neither)
+        return
     ascale = max(1.0, float(np.max(np.abs(A)))) if n else 1.0
     tol = 1e-9 * ascale
     for lam in np.linalg.eigvals(A):

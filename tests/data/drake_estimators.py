@@ -73,6 +73,35 @@ for t in [0.5, 1.0, 2.0, 3.0]:
     samples.append({"t": t, "x": x.tolist(), "xhat": np.asarray(xh).tolist()})
 out["luenberger"] = {"B": Bc.tolist(), "L": L.tolist(), "u": 0.5, "x0": [1.0, 0.0], "samples": samples}
 
+# finite-horizon LQR on a damped double integrator about the origin: S and K at several times
+from pydrake.systems.controllers import (
+    FiniteHorizonLinearQuadraticRegulator,
+    FiniteHorizonLinearQuadraticRegulatorOptions,
+)
+
+
+Adi = np.array([[0.0, 1.0], [0.0, -0.2]])
+Bdi = np.array([[0.0], [1.0]])
+di = LinearSystem(Adi, Bdi, np.eye(2), np.zeros((2, 1)))
+dctx = di.CreateDefaultContext()
+di.get_input_port().FixValue(dctx, [0.0])
+opts = FiniteHorizonLinearQuadraticRegulatorOptions()
+opts.Qf = np.diag([10.0, 1.0])
+fh = FiniteHorizonLinearQuadraticRegulator(di, dctx, 0.0, 2.0, np.eye(2), np.array([[0.5]]), opts)
+fh_times = [0.0, 0.5, 1.0, 1.5, 1.9]
+out["fhlqr"] = {
+    "A": Adi.tolist(),
+    "B": Bdi.tolist(),
+    "Q": np.eye(2).tolist(),
+    "R": [[0.5]],
+    "Qf": opts.Qf.tolist(),
+    "t0": 0.0,
+    "tf": 2.0,
+    "times": fh_times,
+    "S": [fh.S.value(t).tolist() for t in fh_times],
+    "K": [fh.K.value(t).tolist() for t in fh_times],
+}
+
 path = pathlib.Path(__file__).with_name("X7_estimators.json")
 path.write_text(json.dumps(out, indent=1))
 print("wrote", path)
