@@ -180,6 +180,7 @@ from .primitives.controllers import (
     finite_horizon_linear_quadratic_regulator as finite_horizon_linear_quadratic_regulator,
     make_finite_horizon_linear_quadratic_regulator as make_finite_horizon_linear_quadratic_regulator,
 )
+from .primitives.perceptron import MultilayerPerceptron as MultilayerPerceptron
 
 
 __version__ = "0.1.0"
