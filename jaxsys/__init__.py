@@ -51,6 +51,11 @@ from .analysis.linearize import (
     linear_quadratic_regulator_system as linear_quadratic_regulator_system,
     linearize as linearize,
 )
+from .analysis.monte_carlo import (
+    MonteCarloResult as MonteCarloResult,
+    monte_carlo_simulation as monte_carlo_simulation,
+    random_simulation as random_simulation,
+)
 from .analysis.nlp import (
     augmented_lagrangian as augmented_lagrangian,
     slsqp as slsqp,
@@ -181,6 +186,10 @@ from .primitives.controllers import (
     make_finite_horizon_linear_quadratic_regulator as make_finite_horizon_linear_quadratic_regulator,
 )
 from .primitives.perceptron import MultilayerPerceptron as MultilayerPerceptron
+from .primitives.transfer_function import (
+    TransferFunction as TransferFunction,
+    state_space_to_transfer_function as state_space_to_transfer_function,
+)
 
 
 __version__ = "0.1.0"

@@ -222,3 +222,73 @@ def test_multilayer_perceptron_trained_through_a_simulation():
     assert loss(p) < 0.05 * loss(p0)  # (30 steps: ~70x lower)
     batch = jnp.stack([p0, p, 0.5 * (p0 + p)])
     np.testing.assert_allclose(jax.vmap(loss)(batch), [loss(q) for q in batch], rtol=1e-10)
+
+
+def test_monte_carlo_simulation_mean_and_reproducible_samples():
+    # x' = -a x, x(0) = 1, a ~ U(0.5, 1.5): E[x(T)] = (exp(-0.5 T) - exp(-1.5 T)) / T (closed form)
+    plant = js.FunctionSystem(lambda t, x, u, p: -p[0] * x, num_states=1, params=[1.0], x0=[1.0])
+    base = plant.create_default_context()
+
+    def make_context(key):
+        return base.with_numeric_parameter(0, jax.random.uniform(key, (1,), minval=0.5, maxval=1.5))
+
+    def output(ctx):
+        return ctx.get_continuous_state_vector()[0]
+
+    T, n = 2.0, 2048
+    integ = js.RungeKutta4Integrator(max_step_size=0.05)
+    mc = js.monte_carlo_simulation(plant, make_context, output, T, n, seed=7, integrator=integ)
+    exact = (np.exp(-0.5 * T) - np.exp(-1.5 * T)) / T
+    values = np.asarray(mc.outputs)
+    assert values.shape == (n,) and np.all(mc.statuses == 0)
+    assert abs(values.mean() - exact) < 4 * values.std() / np.sqrt(n)  # 4 standard errors
+    # any sample alone, from its key, gives the same value (Drake's generator snapshot)
+    for i in (0, 123, n - 1):
+        alone = js.random_simulation(plant, make_context, output, T, mc.keys[i], integrator=integ)
+        np.testing.assert_allclose(alone, values[i], rtol=1e-12)
+    # the same seed, fewer samples: the same first samples
+    few = js.monte_carlo_simulation(plant, make_context, output, T, 10, seed=7, integrator=integ)
+    np.testing.assert_allclose(np.asarray(few.outputs), values[:10], rtol=1e-12)
+
+
+def test_transfer_function_realizations_match_scipy_and_closed_forms():
+    from scipy import signal
+
+    tf = js.TransferFunction([2.0, 3.0], [1.0, 4.0, 5.0])  # (2s + 3) / (s^2 + 4s + 5)
+    sys = tf.to_state_space()
+    ctx = sys.create_default_context()
+    A, B, C, D = (np.asarray(sys.__getattribute__(k)(ctx)) for k in ("A", "B", "C", "D"))
+    # the same frequency response as SciPy's realization, and back to the same polynomials
+    num_ref, den_ref = signal.ss2tf(A, B, C, D)
+    np.testing.assert_allclose(den_ref, [1.0, 4.0, 5.0], atol=1e-12)
+    np.testing.assert_allclose(num_ref[0][-2:], [2.0, 3.0], atol=1e-12)
+    back = js.state_space_to_transfer_function(A, B, C, D)
+    np.testing.assert_allclose(back.den, [1.0, 4.0, 5.0], atol=1e-12)
+    np.testing.assert_allclose(np.trim_zeros(np.round(back.num, 12), "f"), [2.0, 3.0], atol=1e-12)
+    for s in (0.3j, 1.0 + 2.0j, 5.0):
+        np.testing.assert_allclose((C @ np.linalg.solve(s * np.eye(2) - A, B) + D)[0, 0], tf.evaluate(s), rtol=1e-12)
+    # step response of 1 / (s + 1): 1 - exp(-t), simulated
+    lag = js.TransferFunction([1.0], [1.0, 1.0]).to_state_space()
+    lc = lag.get_input_port(0).fix_value(lag.create_default_context(), [1.0])
+    r = js.simulate(
+        lag,
+        lc,
+        2.0,
+        js.RungeKutta5Integrator(target_accuracy=1e-12),
+        save_at=[0.5, 1.0, 2.0],
+        record=lambda c: lag.get_output_port(0).eval(c)[0],
+    )
+    np.testing.assert_allclose(r.ys, 1.0 - np.exp(-np.array([0.5, 1.0, 2.0])), atol=1e-9)
+    # discrete: H(z) = 1 / (z - 0.5) sampled every 0.1 s: impulse response 0, 1, 0.5, 0.25, ...
+    dz = js.TransferFunction([1.0], [1.0, -0.5], time_step=0.1).to_state_space()
+    dc = dz.create_default_context()
+    x, ys = np.zeros(1), []
+    dA, dB, dC = (np.asarray(dz.__getattribute__(k)(dc)) for k in ("A", "B", "C"))
+    for k in range(5):
+        u = 1.0 if k == 0 else 0.0
+        ys.append(float((dC @ x)[0]))
+        x = dA @ x + dB[:, 0] * u
+    np.testing.assert_allclose(ys, [0.0, 1.0, 0.5, 0.25, 0.125])
+    assert dz.time_period == 0.1
+    with pytest.raises(js.JaxsysError, match="improper"):
+        js.TransferFunction([1.0, 0.0, 0.0], [1.0, 1.0]).to_state_space()
