@@ -186,6 +186,17 @@ from .primitives.controllers import (
     make_finite_horizon_linear_quadratic_regulator as make_finite_horizon_linear_quadratic_regulator,
 )
 from .primitives.perceptron import MultilayerPerceptron as MultilayerPerceptron
+from .primitives.routing import (
+    BarycentricMeshSystem as BarycentricMeshSystem,
+    Selector as Selector,
+    SparseMatrixGain as SparseMatrixGain,
+)
+from .primitives.time_varying import (
+    TimeVaryingAffineSystem as TimeVaryingAffineSystem,
+    TimeVaryingLinearSystem as TimeVaryingLinearSystem,
+    TrajectoryAffineSystem as TrajectoryAffineSystem,
+    TrajectoryLinearSystem as TrajectoryLinearSystem,
+)
 from .primitives.transfer_function import (
     TransferFunction as TransferFunction,
     state_space_to_transfer_function as state_space_to_transfer_function,

@@ -292,3 +292,85 @@ def test_transfer_function_realizations_match_scipy_and_closed_forms():
     assert dz.time_period == 0.1
     with pytest.raises(js.JaxsysError, match="improper"):
         js.TransferFunction([1.0, 0.0, 0.0], [1.0, 1.0]).to_state_space()
+
+
+def test_barycentric_mesh_system_matches_drake_and_is_exact_for_affine_functions():
+    b = X8["barycentric"]
+    mesh = js.BarycentricMeshSystem(b["grid"], np.asarray(b["values"]))
+    ctx = mesh.create_default_context()
+    f = lambda q: mesh.get_output_port(0).eval(mesh.get_input_port(0).fix_value(ctx, jnp.asarray(q)))  # noqa: E731
+    for q, want in zip(b["queries"], b["outputs"]):
+        np.testing.assert_allclose(f(q), want, rtol=1e-12)
+    # values of an affine function at the mesh points are reproduced exactly in between
+    grid = b["grid"]
+    pts = np.array([[x0, x1] for x1 in grid[1] for x0 in grid[0]])  # first dimension fastest
+    c2 = ctx.with_numeric_parameter(0, jnp.asarray(2.0 * pts[:, 0] - 0.5 * pts[:, 1] + 1.0))
+    g = lambda q: mesh.get_output_port(0).eval(mesh.get_input_port(0).fix_value(c2, jnp.asarray(q)))[0]  # noqa: E731
+    for q in ([0.3, 1.7], [2.2, -0.4], [1.0, 3.9]):
+        np.testing.assert_allclose(g(q), 2.0 * q[0] - 0.5 * q[1] + 1.0, rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(g)(jnp.array([0.3, 1.7])), [2.0, -0.5], rtol=1e-12)
+
+
+def test_selector_and_sparse_matrix_gain():
+    from scipy import sparse
+
+    sel = js.Selector([2, 3], [[(1, 2), (0, 0)], [(1, 0), (1, 0), (0, 1)]])
+    c = sel.get_input_port(0).fix_value(sel.create_default_context(), jnp.array([1.0, 2.0]))
+    c = sel.get_input_port(1).fix_value(c, jnp.array([10.0, 20.0, 30.0]))
+    np.testing.assert_allclose(sel.get_output_port(0).eval(c), [30.0, 1.0])
+    np.testing.assert_allclose(sel.get_output_port(1).eval(c), [10.0, 10.0, 2.0])
+    with pytest.raises(js.DeclarationError, match="selects element 3 of input 1"):
+        js.Selector([2, 3], [[(1, 3)]])
+    dense = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, -3.0], [0.0, 0.0, 0.0], [4.0, 0.0, 0.0]])
+    u = jnp.array([0.5, -1.0, 2.0])
+    for D in (dense, sparse.csr_matrix(dense)):
+        g = js.SparseMatrixGain(D)
+        gc = g.get_input_port(0).fix_value(g.create_default_context(), u)
+        np.testing.assert_allclose(g.get_output_port(0).eval(gc), dense @ np.asarray(u), rtol=1e-12)
+    # the gradient with respect to the stored nonzeros is u at their columns
+    vals_grad = jax.grad(lambda v: jnp.sum(g.get_output_port(0).eval(gc.with_numeric_parameter(0, v))))(
+        gc.get_numeric_parameter(0)
+    )
+    np.testing.assert_allclose(vals_grad, np.asarray(u)[list(g.cols)])
+
+
+def test_time_varying_and_trajectory_systems():
+    # x' = -t x: x(t) = x0 exp(-t^2 / 2) (closed form); the trajectory form gives the same
+    tv = js.TimeVaryingAffineSystem(lambda t: -t * jnp.eye(1), None, None, lambda t: jnp.eye(1), None, None, 1, 0, 1)
+    ctx = tv.create_default_context().with_continuous_state(jnp.array([2.0]))
+    r = js.simulate(tv, ctx, 1.5, js.RungeKutta5Integrator(target_accuracy=1e-12), save_at=[0.5, 1.0, 1.5])
+    np.testing.assert_allclose(np.asarray(r.ys)[:, 0], 2.0 * np.exp(-(np.array([0.5, 1.0, 1.5]) ** 2) / 2), rtol=1e-9)
+    ts = np.linspace(0.0, 2.0, 5)
+    A_traj = js.PiecewisePolynomial.first_order_hold(ts, -ts[:, None])  # -t exactly (linear)
+    traj = js.TrajectoryLinearSystem(
+        A_traj, None, js.PiecewisePolynomial.zero_order_hold(ts, np.ones((5, 1))), None, 1, 0, 1
+    )
+    r2 = js.simulate(
+        traj,
+        traj.create_default_context().with_continuous_state(jnp.array([2.0])),
+        1.5,
+        js.RungeKutta5Integrator(target_accuracy=1e-12),
+        save_at=[0.5, 1.0, 1.5],
+    )
+    np.testing.assert_allclose(r2.ys, r.ys, rtol=1e-9)
+    # discrete: x[n+1] = (1 + t_n) x[n] + u, t_n = 0.1 n, u = 1 (closed-form recursion)
+    dtv = js.TimeVaryingAffineSystem(
+        lambda t: (1.0 + t) * jnp.eye(1),
+        lambda t: jnp.eye(1),
+        None,
+        lambda t: jnp.eye(1),
+        None,
+        None,
+        1,
+        1,
+        1,
+        time_period=0.1,
+    )
+    dc = dtv.get_input_port(0).fix_value(dtv.create_default_context(), [1.0])
+    rd = js.simulate(dtv, dc, 0.35, save_at=[0.35], record=lambda c: c.get_discrete_state(0))
+    x = 0.0
+    for n in range(4):  # updates at 0, 0.1, 0.2, 0.3
+        x = (1.0 + 0.1 * n) * x + 1.0
+    np.testing.assert_allclose(np.asarray(rd.ys)[0, 0], x, rtol=1e-12)
+    with pytest.raises(js.DeclarationError, match=r"A\(t\) must have shape \(2, 2\)"):
+        js.TimeVaryingLinearSystem(lambda t: jnp.eye(3), None, None, None, 2, 0, 0)

@@ -55,6 +55,23 @@ wrap = WrapToSystem(1)
 wrap.set_interval(0, -0.5, 0.5)
 res["wrap"] = run(wrap)
 res["saturation"] = run(Saturation([-0.4], [0.6]))
+# BarycentricMeshSystem: a 3 x 4 mesh, values (index)^1.5, queried inside, on edges and outside
+from pydrake.math import BarycentricMesh  # noqa: E402
+from pydrake.systems.primitives import BarycentricMeshSystem  # noqa: E402
+
+
+grid = [[0.0, 1.0, 3.0], [-1.0, 0.0, 2.0, 4.0]]
+mesh = BarycentricMesh([set(g) for g in grid])
+values = np.arange(12.0).reshape(1, 12) ** 1.5
+bsys = BarycentricMeshSystem(mesh, values)
+bctx = bsys.CreateDefaultContext()
+queries = [[0.5, 0.5], [2.0, -0.5], [0.25, 3.0], [3.0, 4.0], [-1.0, 5.0], [1.7, 1.1], [0.9, 0.1]]
+bout = []
+for q in queries:
+    bsys.get_input_port().FixValue(bctx, q)
+    bout.append(bsys.get_output_port().Eval(bctx).tolist())
+res["barycentric"] = {"grid": grid, "values": values.tolist(), "queries": queries, "outputs": bout}
+
 path = pathlib.Path(__file__).with_name("X8_primitives.json")
 path.write_text(json.dumps(res))
 print("wrote", path)
