@@ -44,12 +44,18 @@ from .analysis.integrators import (
 from .analysis.linearize import (
     NotEquilibriumError as NotEquilibriumError,
     continuous_algebraic_riccati as continuous_algebraic_riccati,
+    controllability_matrix as controllability_matrix,
     discrete_algebraic_riccati_equation as discrete_algebraic_riccati_equation,
     discrete_time_linear_quadratic_regulator as discrete_time_linear_quadratic_regulator,
     first_order_taylor_approximation as first_order_taylor_approximation,
+    is_controllable as is_controllable,
+    is_detectable as is_detectable,
+    is_observable as is_observable,
+    is_stabilizable as is_stabilizable,
     linear_quadratic_regulator as linear_quadratic_regulator,
     linear_quadratic_regulator_system as linear_quadratic_regulator_system,
     linearize as linearize,
+    observability_matrix as observability_matrix,
 )
 from .analysis.monte_carlo import (
     MonteCarloResult as MonteCarloResult,

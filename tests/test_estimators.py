@@ -262,3 +262,22 @@ def test_finite_horizon_lqr_stabilizes_the_acrobot_collocation_trajectory():
     r = js.simulate(d, d.create_default_context(), 4.0, js.RungeKutta4Integrator(max_step_size=0.002))
     final = np.asarray(p.get_my_context_from_root(r.context).get_continuous_state_vector())
     np.testing.assert_allclose(final, goal, atol=0.03)  # (open loop: off by radians)
+
+
+def test_controllability_observability_and_pbh_tests():
+    A = np.array([[0.0, 1.0], [0.0, 0.0]])
+    B = np.array([[0.0], [1.0]])
+    C = np.array([[1.0, 0.0]])
+    np.testing.assert_allclose(js.controllability_matrix(A, B), [[0.0, 1.0], [1.0, 0.0]])
+    np.testing.assert_allclose(js.observability_matrix(A, C), [[1.0, 0.0], [0.0, 1.0]])
+    assert js.is_controllable(A, B) and js.is_observable(A, C)
+    assert not js.is_controllable(A, np.array([[1.0], [0.0]]))  # a force on the position only
+    assert not js.is_observable(A, np.array([[0.0, 1.0]]))  # velocity measured: position unseen
+    # a stable uncontrollable mode is still stabilizable; an unstable one is not
+    A2 = np.diag([-1.0, 2.0])
+    assert js.is_stabilizable(A2, np.array([[0.0], [1.0]])) and not js.is_stabilizable(A2, np.array([[1.0], [0.0]]))
+    assert js.is_detectable(A2, np.array([[0.0, 1.0]])) and not js.is_detectable(A2, np.array([[1.0, 0.0]]))
+    # discrete time: |lambda| < 1 is stable
+    Ad = np.diag([0.5, 1.5])
+    assert js.is_stabilizable(Ad, np.array([[0.0], [1.0]]), continuous_time=False)
+    assert not js.is_stabilizable(Ad, np.array([[1.0], [0.0]]), continuous_time=False)

@@ -381,3 +381,53 @@ def linear_quadratic_regulator_system(
     return AffineSystem(
         np.zeros((0, 0)), np.zeros((0, K.shape[1])), (), np.zeros((K.shape[0], 0)), -K, np.asarray(u0 + K @ x0)
     )
+
+
+def controllability_matrix(A: Any, B: Any) -> np.ndarray:
+    """[B, AB, A²B, …, Aⁿ⁻¹B], shape (n, n·m) (Drake's ``ControllabilityMatrix``)."""
+    A, B = np.asarray(A, float), np.asarray(B, float)
+    blocks, M = [], B
+    for _ in range(A.shape[0]):
+        blocks.append(M)
+        M = A @ M
+    return np.hstack(blocks) if blocks else np.zeros((0, B.shape[1] if B.ndim == 2 else 0))
+
+
+def observability_matrix(A: Any, C: Any) -> np.ndarray:
+    """[C; CA; …; CAⁿ⁻¹], shape (n·p, n) (Drake's ``ObservabilityMatrix``)."""
+    return controllability_matrix(np.asarray(A, float).T, np.asarray(C, float).T).T
+
+
+def _rank_tol(M: np.ndarray, threshold: float | None) -> float:
+    return threshold if threshold is not None else max(M.shape) * np.finfo(float).eps * max(1.0, np.abs(M).max())
+
+
+def is_controllable(A: Any, B: Any, threshold: float | None = None) -> bool:
+    """Whether (A, B) is controllable: the controllability matrix has full rank n (Drake's
+    ``IsControllable``; ``threshold`` the singular-value cutoff, default n·eps·|M|)."""
+    M = controllability_matrix(A, B)
+    return bool(np.linalg.matrix_rank(M, tol=_rank_tol(M, threshold)) == np.asarray(A).shape[0])
+
+
+def is_observable(A: Any, C: Any, threshold: float | None = None) -> bool:
+    """Whether (A, C) is observable (Drake's ``IsObservable``)."""
+    M = observability_matrix(A, C)
+    return bool(np.linalg.matrix_rank(M, tol=_rank_tol(M, threshold)) == np.asarray(A).shape[0])
+
+
+def is_stabilizable(A: Any, B: Any, continuous_time: bool = True, threshold: float | None = None) -> bool:
+    """Whether every unstable mode of A (Re λ ≥ 0, or |λ| ≥ 1 in discrete time) can be moved by the input
+    (the PBH test; Drake's ``IsStabilizable``)."""
+    A, B = np.asarray(A, float), np.asarray(B, float)
+    n = A.shape[0]
+    tol = threshold if threshold is not None else 1e-9 * max(1.0, float(np.abs(A).max()) if n else 1.0)
+    for lam in np.linalg.eigvals(A):
+        stable = (lam.real < -tol) if continuous_time else (abs(lam) < 1.0 - tol)
+        if not stable and np.linalg.matrix_rank(np.hstack([lam * np.eye(n) - A, B]), tol=tol) < n:
+            return False
+    return True
+
+
+def is_detectable(A: Any, C: Any, continuous_time: bool = True, threshold: float | None = None) -> bool:
+    """Whether every unstable mode of A is seen by the output (Drake's ``IsDetectable``)."""
+    return is_stabilizable(np.asarray(A, float).T, np.asarray(C, float).T, continuous_time, threshold)
