@@ -281,14 +281,21 @@ def continuous_algebraic_riccati(A: Any, B: Any, Q: Any, R: Any, N: Any = None, 
     return _care(A, B, Q, R, N, iterations)
 
 
-def _care(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 60) -> jax.Array:
+def _without_cross_term(A: Any, B: Any, Q: Any, R: Any, N: Any) -> tuple[jax.Array, ...]:
+    """(A, B, Q, R⁻¹) as arrays, with the cross term N folded in (A − B R⁻¹ Nᵀ, Q − N R⁻¹ Nᵀ): the same
+    Riccati solution without N."""
     A, B, Q, R = (jnp.asarray(M, dtype=jnp.result_type(float)) for M in (A, B, Q, R))
-    n = A.shape[0]
     Rinv = jnp.linalg.inv(R)
     if N is not None:
         N = jnp.asarray(N, A.dtype)
         A = A - B @ Rinv @ N.T
         Q = Q - N @ Rinv @ N.T
+    return A, B, Q, Rinv
+
+
+def _care(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 60) -> jax.Array:
+    A, B, Q, Rinv = _without_cross_term(A, B, Q, R, N)
+    n = A.shape[0]
     G = B @ Rinv @ B.T
     H = jnp.block([[A, -G], [-Q, -A.T]])
     Z = _matrix_sign(H, iterations)
@@ -331,13 +338,8 @@ def discrete_algebraic_riccati_equation(
 
 
 def _dare(A: Any, B: Any, Q: Any, R: Any, N: Any = None, iterations: int = 40) -> jax.Array:
-    A, B, Q, R = (jnp.asarray(M, dtype=jnp.result_type(float)) for M in (A, B, Q, R))
+    A, B, Q, Rinv = _without_cross_term(A, B, Q, R, N)
     n = A.shape[0]
-    Rinv = jnp.linalg.inv(R)
-    if N is not None:
-        N = jnp.asarray(N, A.dtype)
-        A = A - B @ Rinv @ N.T
-        Q = Q - N @ Rinv @ N.T
     eye = jnp.eye(n, dtype=A.dtype)
 
     def body(_: int, carry: tuple) -> tuple:
