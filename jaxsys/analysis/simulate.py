@@ -223,7 +223,8 @@ def simulate(
     if integrator is None:
         integrator = RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
     if isinstance(save_at, (list, tuple)):  # a plain list of times, as a user writes it
-        save_at = np.asarray(save_at, dtype=np.float64) if all(np.isscalar(t) for t in save_at) else save_at
+        numbers = all(isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool) for t in save_at)
+        save_at = np.asarray(save_at, dtype=np.float64) if numbers and save_at else save_at
     _check_inputs(system, context, integrator, t_final, save_at, loop, dense_output)
     if monitor is not None and not callable(monitor):
         raise JaxsysError(f"simulate: monitor must be a function f(context) -> EventStatus or None; got {monitor!r}.")
