@@ -1,0 +1,91 @@
+"""Writes docs/api/*.md: one mkdocstrings entry per name of ``jaxsys.__all__``, grouped by area.
+
+Run after adding public names: python docs/gen_api_pages.py (tests/test_docs.py checks that every
+public name is on some API page)."""
+
+from __future__ import annotations
+
+import inspect
+import pathlib
+import types
+
+import jaxsys
+
+
+PAGES = {
+    "framework": ("Systems, contexts, ports and diagrams", ("jaxsys.framework",)),
+    "simulation": (
+        "Simulation, integrators and batches",
+        (
+            "jaxsys.analysis.simulate",
+            "jaxsys.analysis.simulator",
+            "jaxsys.analysis.results",
+            "jaxsys.analysis.integrators",
+            "jaxsys.analysis.progress",
+            "jaxsys.analysis.event_loop",
+            "jaxsys.analysis.batch",
+            "jaxsys.analysis.monte_carlo",
+        ),
+    ),
+    "analysis": (
+        "Linearization, control design, optimization and fitting",
+        (
+            "jaxsys.analysis.linearize",
+            "jaxsys.analysis.trajopt",
+            "jaxsys.analysis.nlp",
+            "jaxsys.analysis.ilqr",
+            "jaxsys.analysis.fitting",
+        ),
+    ),
+    "primitives": ("The block library", ("jaxsys.primitives",)),
+    "plotting": ("Plotting", ("jaxsys.plotting",)),
+}
+INTRO = {
+    "framework": "Drake's System / LeafSystem / Diagram / Context family. Contexts are values: every "
+    "`with_*` returns a new one.",
+    "simulation": "`simulate`, the `Simulator`, the integrators, and batched runs.",
+    "analysis": "Linearization and LQR, trajectory optimization, iLQR and parameter fitting.",
+    "primitives": "Drake's primitives, controllers and estimators (see the "
+    "[mapping](../api_mapping.md#drakes-block-library-jaxsys)).",
+    "plotting": "Plots of results, logs and diagrams (matplotlib).",
+}
+
+
+def module_of(name: str) -> str:
+    obj = getattr(jaxsys, name)
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    mod = getattr(obj, "__module__", None) or ""
+    if not mod.startswith("jaxsys") or isinstance(obj, (dict, tuple, list, int, float, str)):
+        mod = {"STATUS_MESSAGES": "jaxsys.analysis.results", "ALL_INTEGRATORS": "jaxsys.analysis.integrators"}.get(
+            name, "jaxsys.analysis.results"
+        )
+    return mod
+
+
+def main() -> None:
+    out = pathlib.Path(__file__).parent / "api"
+    out.mkdir(exist_ok=True)
+    groups: dict[str, list[str]] = {k: [] for k in PAGES}
+    modules = []
+    for name in jaxsys.__all__:
+        obj = getattr(jaxsys, name)
+        if isinstance(obj, types.ModuleType):
+            modules.append(name)
+            continue
+        mod = module_of(name)
+        page = next((k for k, (_, prefixes) in PAGES.items() if mod.startswith(prefixes)), "simulation")
+        groups[page].append(name)
+    for page, (title, _) in PAGES.items():
+        lines = [f"# {title}", "", INTRO[page], ""]
+        for name in sorted(groups[page], key=lambda n: (not inspect.isclass(getattr(jaxsys, n)), n.lower())):
+            lines += [f"::: jaxsys.{name}", ""]
+        (out / f"{page}.md").write_text("\n".join(lines))
+    lines = ["# Modules", "", "The subpackages re-exported by `jaxsys` (`js.ecs`, `js.examples`, ...).", ""]
+    for name in sorted(modules):
+        lines += [f"## `jaxsys.{name}`", "", f"::: jaxsys.{name}", "    options:", "      show_root_heading: false", ""]
+    (out / "modules.md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
