@@ -141,3 +141,26 @@ def test_adam_stops_at_the_tolerance_with_the_parameters_that_met_it():
     assert js.set_parameters is set_parameters
     with pytest.raises(js.JaxsysError, match="method must be"):
         js.fit_parameters(s, ctxs, SPEC, ts, data, observe=full, method="bfgs")
+
+
+def test_levenberg_marquardt_in_float32():
+    # float32 (JAX's default): the same fit converges to float32's resolution, with finite standard errors
+    with jax.enable_x64(False):
+        s = SpringMassDamper(has_input=False)
+        base = s.create_default_context(jnp.float32)
+        ts = np.linspace(0.1, 4.0, 40)
+        full = lambda c: c.get_continuous_state_vector()  # noqa: E731
+        ctxs, data = synthetic(s, base, [1.0, 10.0, 0.5], [[1.0, 0.0]], ts, full, 0.01, 0)
+        res = js.fit_parameters(
+            s,
+            ctxs,
+            SPEC,
+            ts,
+            np.asarray(data),
+            initial={"k": 8.0, "c": 0.3},
+            observe=full,
+            method="levenberg_marquardt",
+        )
+    assert res.converged
+    assert abs(res.params["k"] - 10.0) < 0.05 and abs(res.params["c"] - 0.5) < 0.02  # noise 0.01
+    assert np.isfinite(res.standard_errors["k"]) and 0 < res.standard_errors["k"] < 0.05

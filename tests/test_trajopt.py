@@ -90,10 +90,13 @@ def test_cart_pole_swing_up_by_collocation():
     np.testing.assert_allclose(xs[-1][:2], goal[:2], atol=0.25)
 
 
-def test_cart_pole_swing_up_by_shooting_reaches_goal_exactly():
+@pytest.mark.parametrize("num_segments", [1, 5])
+def test_cart_pole_swing_up_by_shooting_reaches_goal_exactly(num_segments):
     goal = np.array([0.0, np.pi, 0.0, 0.0])
     plant, ctx = make(CartPole)
-    r = direct_shooting(plant, ctx, 3.0, 30, effort, x_final=goal, u_limit=20.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # converges with the default options
+        r = direct_shooting(plant, ctx, 3.0, 30, effort, x_final=goal, u_limit=20.0, num_segments=num_segments)
     assert r.constraint_violation < 1e-4
     fresh, fresh_ctx = make(CartPole)
     np.testing.assert_allclose(simulate_open_loop(fresh, fresh_ctx, r)[-1], goal, atol=1e-3)
