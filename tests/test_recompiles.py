@@ -63,14 +63,30 @@ def test_repeated_plain_call_does_not_retrace():
     np.testing.assert_allclose(np.asarray(r.ys)[:, 0], np.exp(-np.array([0.25, 1.5])), rtol=1e-8)
 
 
-def test_a_new_configuration_compiles_and_is_right():
+def test_a_new_tolerance_does_not_recompile_and_is_right():
+    # issue #22: the target accuracy of an error-controlled integrator is an argument of the compiled
+    # function; each result equals the uncached run's (which has the accuracy as a constant)
     s = Decay()
     ctx = s.create_default_context()
     js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6))
     n = traces()
-    r = js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-9))
-    assert traces() == n + 1  # the accuracy is a static option of the integrator
-    np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), np.exp(-1.0), rtol=1e-7)
+    for acc in (1e-9, 1e-4, 1e-7):
+        integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=acc)
+        r = js.simulate(s, ctx, 1.0, integ)
+        simulate_module._ENTRY_CACHE["enabled"] = False
+        try:
+            direct = js.simulate(s, ctx, 1.0, integ)
+        finally:
+            simulate_module._ENTRY_CACHE["enabled"] = True
+        assert int(r.stats.num_steps_taken) == int(direct.stats.num_steps_taken)
+        np.testing.assert_allclose(
+            r.context.get_continuous_state_vector(), direct.context.get_continuous_state_vector(), rtol=1e-14
+        )
+    assert traces() == n
+    np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), np.exp(-1.0), rtol=1e-6)
+    # another option (the maximum step) is still part of the configuration
+    js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.05, target_accuracy=1e-6))
+    assert traces() == n + 1
 
 
 @pytest.mark.parametrize(

@@ -297,20 +297,30 @@ def _compiled_run(
         times_key: Any = ("dynamic", None if c_ts is None else c_ts.shape[0])
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
-    key = (id(system), times_key, tuple(sorted((k, _hashable(v)) for k, v in options.items())), pending is None)
+    # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
+    # recompile (the key holds the integrator with a placeholder accuracy)
+    accuracy = integrator.target_accuracy
+    traced_accuracy = accuracy is not None and not integrator.get_fixed_step_mode()
+    key_options = dict(options, integrator=integrator._with_traced_accuracy("traced")) if traced_accuracy else options
+    key = (id(system), times_key, tuple(sorted((k, _hashable(v)) for k, v in key_options.items())), pending is None)
     entry = _COMPILED.get(key)
     if entry is None:
+        template = integrator
+
+        def with_accuracy(acc: Any) -> dict[str, Any]:
+            return dict(options, integrator=template._with_traced_accuracy(acc)) if traced_accuracy else options
+
         if dynamic_times:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
-                return _simulate_body(system, program, ctx, tf, ts, pend, None, **options)
+                return _simulate_body(system, program, ctx, tf, ts, pend, None, **with_accuracy(acc))
 
         else:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
-                return _simulate_body(system, program, ctx, c_tf, c_ts, pend, c_t0, **options)
+                return _simulate_body(system, program, ctx, c_tf, c_ts, pend, c_t0, **with_accuracy(acc))
 
         if len(_COMPILED) >= _ENTRY_CACHE["size"]:
             _COMPILED.pop(next(iter(_COMPILED)))
@@ -319,7 +329,8 @@ def _compiled_run(
     dtype = context.get_time().dtype
     tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
     ts_arg = None if c_ts is None or not dynamic_times else np.asarray(c_ts, dtype)
-    return entry[1](context, tf_arg, ts_arg, pending)
+    acc_arg = np.asarray(accuracy, dtype) if traced_accuracy else None
+    return entry[1](context, tf_arg, ts_arg, pending, acc_arg)
 
 
 def _hashable(value: Any) -> Any:

@@ -13,6 +13,7 @@ Imports: the framework's errors only (no other analysis module).
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import warnings
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from ...framework.errors import JaxsysError
 
@@ -149,7 +151,16 @@ class IntegratorBase(eqx.Module):
         method's loosest, else the method's default."""
         if self.target_accuracy is None:
             return float(self.default_accuracy)
+        if isinstance(self.target_accuracy, jax.core.Tracer):  # a traced accuracy (plain calls: no recompile)
+            return jnp.minimum(self.target_accuracy, float(self.loosest_accuracy))
         return min(float(self.target_accuracy), float(self.loosest_accuracy))
+
+    def _with_traced_accuracy(self, accuracy: Any) -> IntegratorBase:
+        """A copy whose target accuracy is the traced ``accuracy`` (checked already: the options are
+        not re-validated; only error control's arithmetic reads it)."""
+        out = copy.copy(self)
+        object.__setattr__(out, "target_accuracy", accuracy)
+        return out
 
     def get_initial_step_size_target(self) -> float:
         """First step to attempt (Drake: ``get_initial_step_size_target``)."""

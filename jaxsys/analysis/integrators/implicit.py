@@ -87,7 +87,8 @@ class _ImplicitBase(IntegratorBase):
             tol = 1e-10 if self.target_accuracy is None else KAPPA * self.get_accuracy_in_use()
         else:
             tol = KAPPA * self.get_accuracy_in_use()
-        return max(tol, 100.0 * float(jnp.finfo(dtype).eps))
+        floor = 100.0 * float(jnp.finfo(dtype).eps)
+        return jnp.maximum(tol, floor) if isinstance(tol, jax.core.Tracer) else max(tol, floor)
 
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
         """One step with a fresh Jacobian (no cache): (x_new, error estimate, Newton converged)."""
