@@ -290,25 +290,25 @@ def _compiled_run(
     if mode_key not in _MODES:
         # (a method call on an equinox Module costs ~0.1 ms: asked once per configuration)
         scan_possible = integrator.get_fixed_step_mode() and not integrator.can_fail()
-        _MODES[mode_key] = (system, not program and not scan_possible)
-    dynamic_times = _MODES[mode_key][1]
+        # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
+        # recompile (the cache key holds the integrator with a placeholder accuracy)
+        traced = integrator.target_accuracy is not None and not integrator.get_fixed_step_mode()
+        template = integrator._with_traced_accuracy("traced") if traced else None
+        _MODES[mode_key] = (system, not program and not scan_possible, template)
+    dynamic_times, template = _MODES[mode_key][1:]
+    traced_accuracy = template is not None
     c_ts = None if save_at is None else np.asarray(concrete(save_at), dtype=np.float64).reshape(-1)
     if dynamic_times:
         times_key: Any = ("dynamic", None if c_ts is None else c_ts.shape[0])
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
-    # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
-    # recompile (the key holds the integrator with a placeholder accuracy)
-    accuracy = integrator.target_accuracy
-    traced_accuracy = accuracy is not None and not integrator.get_fixed_step_mode()
-    key_options = dict(options, integrator=integrator._with_traced_accuracy("traced")) if traced_accuracy else options
+    key_options = dict(options, integrator=template) if traced_accuracy else options
     key = (id(system), times_key, tuple(sorted((k, _hashable(v)) for k, v in key_options.items())), pending is None)
     entry = _COMPILED.get(key)
     if entry is None:
-        template = integrator
 
         def with_accuracy(acc: Any) -> dict[str, Any]:
-            return dict(options, integrator=template._with_traced_accuracy(acc)) if traced_accuracy else options
+            return dict(options, integrator=integrator._with_traced_accuracy(acc)) if traced_accuracy else options
 
         if dynamic_times:
 
@@ -329,7 +329,7 @@ def _compiled_run(
     dtype = context.get_time().dtype
     tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
     ts_arg = None if c_ts is None or not dynamic_times else np.asarray(c_ts, dtype)
-    acc_arg = np.asarray(accuracy, dtype) if traced_accuracy else None
+    acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
     return entry[1](context, tf_arg, ts_arg, pending, acc_arg)
 
 

@@ -215,6 +215,16 @@ def discrete_time_steady_state_kalman_filter(A: Any, C: Any, W: Any, V: Any) -> 
     return A @ P @ C.T @ jnp.linalg.inv(C @ P @ C.T + V)
 
 
+def _value_and_jacobian(f: Any, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(df/dx, f(x)) from one forward-mode pass (the value rides along as aux)."""
+
+    def twice(z: jax.Array) -> tuple[jax.Array, jax.Array]:
+        value = f(z)
+        return value, value
+
+    return jax.jacfwd(twice, has_aux=True)(x)
+
+
 class ExtendedKalmanFilter(LeafSystem):
     """A continuous-discrete extended Kalman filter (beyond Drake) for a nonlinear observed system
     ẋ = f(x, u), y = g(x, u), sampled every ``period`` seconds (from t = 0).
@@ -319,14 +329,14 @@ class ExtendedKalmanFilter(LeafSystem):
         u = self.get_input_port(1).eval(context) if m else jnp.zeros((0,), s.dtype)
         y = self.get_input_port(0).eval(context)
         # predict over the last period (not before the first sample)
-        Fx = jax.jacfwd(self.discrete_map)(x, u_last)
-        x_pred = jnp.where(started > 0, self.discrete_map(x, u_last), x)
+        Fx, x_mapped = _value_and_jacobian(lambda z: self.discrete_map(z, u_last), x)
+        x_pred = jnp.where(started > 0, x_mapped, x)
         P_pred = jnp.where(started > 0, Fx @ P @ Fx.T + W, P)
         # correct with the measurement
-        H = jax.jacfwd(self.observed.g)(x_pred, u)
+        H, y_pred = _value_and_jacobian(lambda z: self.observed.g(z, u), x_pred)
         S = H @ P_pred @ H.T + V
         K = jnp.linalg.solve(S, H @ P_pred).T
-        x_new = x_pred + K @ (y - self.observed.g(x_pred, u))
+        x_new = x_pred + K @ (y - y_pred)
         IKH = jnp.eye(n, dtype=s.dtype) - K @ H
         P_new = IKH @ P_pred @ IKH.T + K @ V @ K.T
         P_new = 0.5 * (P_new + P_new.T)

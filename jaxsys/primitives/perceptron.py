@@ -30,7 +30,8 @@ class MultilayerPerceptron(LeafSystem):
     - Ports: input ``x`` (layers[0]), output ``y`` (layers[-1]).
     - Numeric parameter 0: all weights and biases, layer by layer (W_i row-major, shape
       (layers[i+1], layers[i]), then b_i); ``num_parameters()`` of them. Default values: equinox's
-      ``eqx.nn.Linear`` initialization (uniform in ±1/sqrt(fan-in)) from ``jax.random.PRNGKey(seed)``.
+      ``eqx.nn.Linear`` initialization (uniform in ±1/sqrt(fan-in)) from ``jax.random.PRNGKey(seed)``,
+      drawn in float32 so a seed gives the same network with and without x64.
     - ``get_weights`` / ``get_biases`` / ``set_weights`` / ``set_biases`` / ``get_parameters`` /
       ``set_parameters`` / ``set_random_parameters`` read and write them in a context (the setters
       return a new context).
@@ -60,7 +61,8 @@ class MultilayerPerceptron(LeafSystem):
     def _random(self, key: Any) -> jax.Array:
         parts = []
         for k, (n_in, n_out) in zip(jax.random.split(key, len(self.layer_sizes) - 1), self._shapes()):
-            lin = eqx.nn.Linear(n_in, n_out, key=k)
+            # drawn in float32 whatever the x64 setting: the same seed gives the same network
+            lin = eqx.nn.Linear(n_in, n_out, key=k, dtype=jnp.float32)
             parts += [lin.weight.ravel(), lin.bias.ravel()]
         return jnp.concatenate(parts)
 
