@@ -113,6 +113,71 @@ def hand_adaptive(cls, accuracy, max_step=0.1, t_final=10.0):
     return run
 
 
+def hand_adjoint(cls, accuracy, t_final, max_step=0.1, max_steps=2**17):
+    """``grad`` of |x(t_final)|^2 with respect to the pendulum's parameters by a hand-written discrete
+    adjoint: a ``custom_vjp`` whose forward loop records every accepted step (start state, size) and
+    whose backward loop replays them in reverse, one step's VJP at a time (step sizes held fixed, as
+    jaxsys and Diffrax differentiate). The floor of reverse mode for this arithmetic on this machine."""
+    A = [list(r) for r in cls.A]
+    b, c, e = cls.b, cls.c, cls.b_err
+    order = cls.error_estimate_order
+
+    def step(x, h, prm):
+        ks = []
+        for i in range(len(c)):
+            xi = x
+            for j, a in enumerate(A[i]):
+                if a:
+                    xi = xi + h * a * ks[j]
+            ks.append(pend_f(xi, prm))
+        xn = x + h * sum(bi * k for bi, k in zip(b, ks) if bi)
+        return xn, jnp.max(jnp.abs(h * sum(ei * k for ei, k in zip(e, ks) if ei)))
+
+    def attempt(t, x, h, prm):
+        h_max = t_final - t
+        h = jnp.minimum(jnp.where(h_max < 1.001 * h, h_max, h), max_step)
+        xn, err = step(x, h, prm)
+        new = 0.9 * h * (accuracy / jnp.maximum(err, 1e-300)) ** (1.0 / order)
+        new = jnp.where((new > h) & (new < 1.2 * h), h, new)
+        new = jnp.where(new < h, jnp.where(err <= accuracy, h, jnp.minimum(new, 0.9 * h)), new)
+        new = jnp.minimum(jnp.clip(new, 0.1 * h, 5 * h), max_step)
+        ok = new >= h
+        return ok, jnp.where(h >= h_max, t_final, t + h), xn, h, new
+
+    def forward(prm, tape):
+        def body(s):
+            t, x, h_try, n, xs, hs = s
+            ok, t_new, xn, h, h_next = attempt(t, x, h_try, prm)
+            xs, hs = xs.at[n].set(x), hs.at[n].set(h)
+            return jnp.where(ok, t_new, t), jnp.where(ok, xn, x), h_next, n + ok.astype(n.dtype), xs, hs
+
+        init = (jnp.zeros(()), X0, jnp.asarray(0.1 * max_step), jnp.zeros((), jnp.int32))
+        bufs = (jnp.zeros((max_steps if tape else 1, 2)), jnp.zeros((max_steps if tape else 1,)))
+        return jax.lax.while_loop(lambda s: s[0] < t_final, body, init + bufs)
+
+    @jax.custom_vjp
+    def final_state(prm):
+        return forward(prm, False)[1]
+
+    def fwd(prm):
+        _, x, _, n, xs, hs = forward(prm, True)
+        return x, (n, xs, hs, prm)
+
+    def bwd(res, ct):
+        n, xs, hs, prm = res
+
+        def body(s):
+            k, lam, g = s
+            _, vjp = jax.vjp(lambda x, q: step(x, hs[k], q)[0], xs[k], prm)
+            lam, gk = vjp(lam)
+            return k - 1, lam, g + gk
+
+        return (jax.lax.while_loop(lambda s: s[0] >= 0, body, (n - 1, ct, jnp.zeros_like(prm)))[2],)
+
+    final_state.defvjp(fwd, bwd)
+    return jax.jit(jax.grad(lambda prm: jnp.sum(final_state(prm) ** 2)))
+
+
 def diffrax_pendulum(solver, controller, saveat=None, dt0=0.01):
     """A jitted Diffrax solve of the pendulum over [0, 10] s: ``y0 -> ys`` (the final state when
     ``saveat`` is None)."""
@@ -272,7 +337,7 @@ def case_dopri_saved():
     dense = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts, dense_output=True).ys)
     rows = [
         ("jaxsys, stepping to the save times", *timeit(stepping, ctx)),
-        ("jaxsys, dense_output=True", *timeit(dense, ctx)),
+        ("jaxsys, dense_output=True (goal <= 1.2x stepping)", *timeit(dense, ctx)),
     ]
     if diffrax is not None:
         controller = diffrax.PIDController(rtol=1e-8, atol=1e-8)
@@ -315,6 +380,122 @@ def case_batch(n):
         ("hand-written vmap(scan)", *timeit(hand, x0, prms, repeats=3)),
     ]
     return f"S6 batch of {n} pendulums, RK4 h=1e-3, 10 s", rows
+
+
+def case_reverse():
+    """Issue #22 item 4: reverse mode through a long error-controlled run (~11,500 RK3 steps of a
+    pendulum, 100 s), against the forward run, equinox's checkpointed loop, a hand-written discrete
+    adjoint (the floor) and Diffrax (Bosh3, its default RecursiveCheckpointAdjoint)."""
+    p, ctx = pendulum()
+    integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
+    tf = 100.0
+
+    def loss(prm, loop="bounded"):
+        r = js.simulate(p, ctx.with_numeric_parameter(0, prm), tf, integ, loop=loop)
+        return jnp.sum(r.context.get_continuous_state_vector() ** 2)
+
+    rows = [
+        ("jaxsys forward (the reference)", *timeit(jax.jit(loss), PARAMS, repeats=9)),
+        ("jaxsys jax.grad, default loop (goal <= 5x forward)", *timeit(jax.jit(jax.grad(loss)), PARAMS, repeats=9)),
+        (
+            "jaxsys jax.grad, loop='checkpointed'",
+            *timeit(jax.jit(jax.grad(lambda q: loss(q, "checkpointed"))), PARAMS, repeats=9),
+        ),
+        (
+            "hand-written discrete adjoint of the same steps (custom_vjp, floor)",
+            *timeit(hand_adjoint(js.RungeKutta3Integrator, 1e-6, tf), PARAMS, repeats=9),
+        ),
+    ]
+    if diffrax is not None:
+
+        def dloss(prm):
+            sol = diffrax.diffeqsolve(
+                diffrax.ODETerm(lambda t, y, a: pend_f(y, a)),
+                diffrax.Bosh3(),
+                0.0,
+                tf,
+                0.01,
+                X0,
+                args=prm,
+                stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-6),
+                max_steps=100_000,
+            )
+            return jnp.sum(sol.ys[-1] ** 2)
+
+        rows.append(("diffrax Bosh3 rtol=atol=1e-6, forward", *timeit(jax.jit(dloss), PARAMS, repeats=9)))
+        rows.append(
+            (
+                "diffrax Bosh3 jax.grad (RecursiveCheckpointAdjoint; goal: jaxsys's grad within 1.2x of it)",
+                *timeit(jax.jit(jax.grad(dloss)), PARAMS, repeats=9),
+            )
+        )
+    return "S2a-grad reverse mode through a long error-controlled run (pendulum RK3 1e-6, 100 s)", rows
+
+
+def case_chain_grad(n=300):
+    """Issue #22 item 4: jax.grad through the chain of n lags (one class) against Diffrax on the same
+    dynamics as one function, with Drake's error measure (max norm, absolute accuracy)."""
+    import optimistix as optx  # a dependency of diffrax
+
+    b = js.DiagramBuilder()
+    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i in range(n):
+        lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0, 1))
+        b.connect(prev, lag.get_input_port())
+        prev = lag.get_output_port()
+    d = b.build()
+    integ = js.RungeKutta5Integrator(max_step_size=1.0, target_accuracy=1e-6)
+    ctx = d.create_default_context()
+
+    def loss(c):
+        return jnp.sum(js.simulate(d, c, 10.0, integ).context.get_continuous_state_vector() ** 2)
+
+    rows = [
+        ("jaxsys diagram, forward", *timeit(jax.jit(loss), ctx, repeats=9)),
+        ("jaxsys diagram, jax.grad (w.r.t. the context)", *timeit(jax.jit(jax.grad(loss)), ctx, repeats=9)),
+    ]
+    if diffrax is not None:
+
+        def dloss(x0):
+            sol = diffrax.diffeqsolve(
+                diffrax.ODETerm(lambda t, x, a: jnp.concatenate([jnp.ones(1), x[:-1]]) - x),
+                diffrax.Dopri5(),
+                0.0,
+                10.0,
+                0.1,
+                x0,
+                stepsize_controller=diffrax.PIDController(rtol=0.0, atol=1e-6, norm=optx.max_norm),
+                max_steps=100_000,
+            )
+            return jnp.sum(sol.ys[-1] ** 2)
+
+        x0 = jnp.zeros(n)
+        rows.append(("diffrax Dopri5 (max norm, atol 1e-6), one function, forward", *timeit(jax.jit(dloss), x0)))
+        rows.append(
+            (
+                "diffrax jax.grad (goal: jaxsys's grad within 1.2x of it)",
+                *timeit(jax.jit(jax.grad(dloss)), x0, repeats=9),
+            )
+        )
+    return f"S8-grad reverse mode through the chain of {n} lags (one class), Dopri5 1e-6, 10 s", rows
+
+
+def case_progress_single():
+    """Issue #22 item 5: one long error-controlled run (~11,500 RK3 steps of ~0.15 us) with the meter
+    off and on: a refresh is a host callback (~0.1 ms on a CPU), so its share is 0.1 ms over
+    ``refresh_steps`` steps' compute."""
+    p, ctx = pendulum()
+    integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
+
+    def run(meter):
+        return jax.jit(
+            lambda c: js.simulate(p, c, 100.0, integ, progress_meter=meter).context.get_continuous_state_vector()
+        )
+
+    rows = [("progress meter off", *timeit(run(None), ctx, repeats=9))]
+    for r in (1000, 10_000):
+        rows.append((f"TqdmProgressMeter(refresh_steps={r})", *timeit(run(js.TqdmProgressMeter(refresh_steps=r)), ctx)))
+    return "S2a-progress one long run with a progress meter (pendulum RK3 1e-6, 100 s, 11,500 steps)", rows
 
 
 def case_progress(n):
@@ -687,7 +868,7 @@ def case_sampled_pid():
         _, q = jax.lax.scan(sample, (jnp.zeros(2), 0.0, 0.0), None, length=500)
         return q[99::100]
 
-    return "S5 sampled PID loop (discrete events every 0.01 s), RK4, 5 s", [
+    return "S5 sampled PID loop (discrete events every 0.01 s), RK4, 5 s (goal: jaxsys <= 1.2x the scan)", [
         ("jaxsys", *timeit(ours, d.create_default_context())),
         ("hand-written scan", *timeit(hand, jnp.array([kp, ki, kd]))),
     ]
@@ -858,6 +1039,8 @@ def main() -> None:
         ("S2b-plain", case_plain_calls),
         ("S2b'", case_dopri_work_precision),
         ("S2b+", case_dopri_saved),
+        ("S2a-grad", case_reverse),
+        ("S2a-progress", case_progress_single),
         ("S2c", case_fixed_rk4_saved),
         ("S7", case_grad),
         ("S7-fit", case_fit),
@@ -871,6 +1054,7 @@ def main() -> None:
         ("S8-10", lambda: case_chain(10)),
         ("S8-100", lambda: case_chain(100)),
         ("S8-300", lambda: case_chain(300)),
+        ("S8-grad", case_chain_grad),
         ("S8h-10", lambda: case_hetero(10)),
         ("S8h-100", lambda: case_hetero(100)),
         ("S8h-300", lambda: case_hetero(300)),

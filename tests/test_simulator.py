@@ -466,13 +466,26 @@ def test_dense_output_values_steps_and_order():
         assert measured > order - 0.35, (cls.__name__, errs, measured)
 
 
-def test_dense_output_many_saves_in_one_step_gradients_and_errors():
+def test_dense_output_many_saves_in_one_step_gradients_and_errors(monkeypatch):
+    from jaxsys.analysis import recording
+
     s, ctx = oscillator()
-    # 60 save times inside one 0.5 s step: served 8 per step (steps are cut at every 8th)
+    # 60 save times inside one 0.5 s step: served 8 per pass of the saving loop (the passes after the
+    # first take no step)
     ts = jnp.linspace(1.0, 1.3, 60)
     integ = js.RungeKutta5Integrator(max_step_size=0.5, target_accuracy=1e-10)
     r = js.simulate(s, ctx, 2.0, integ, save_at=ts, dense_output=True)
     np.testing.assert_allclose(r.ys[:, 0], np.cos(np.asarray(ts)), rtol=0, atol=1e-9)
+    # the window (saves per pass) is sized from the longest step and the smallest gap between save
+    # times, and changes only the speed: one save per pass gives the same values and steps
+    assert recording.dense_window(ts, 0.5) == recording.DENSE_WINDOW
+    assert recording.dense_window(jnp.linspace(0.1, 10.0, 100), 0.1) == 1  # gaps of one longest step
+    assert recording.dense_window(jnp.linspace(0.1, 10.0, 100), 0.25) == 3
+    monkeypatch.setattr(recording, "DENSE_WINDOW", 1)
+    r1 = js.simulate(s, ctx, 2.0, integ, save_at=ts, dense_output=True)
+    np.testing.assert_allclose(r1.ys, r.ys, rtol=0, atol=1e-14)
+    assert int(r1.stats.num_steps_taken) == int(r.stats.num_steps_taken)
+    monkeypatch.undo()
 
     # gradient of a loss over interpolated samples w.r.t. the stiffness, against finite differences
     def loss(k):

@@ -5,7 +5,9 @@
   while loop (:mod:`.stepping`).
 * :func:`while_fast_primal`: a while loop that runs as a plain ``lax.while_loop`` when evaluated and
   as equinox's bounded (differentiable) loop when differentiated.
-* :func:`make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
+* :func:`while_with_writes_fast_primal`: the same for a loop that also fills write-only buffers (the
+  saving loop's rows), which it updates in place when evaluated.
+* :class:`WhileLoop` / :func:`make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
 
 Imports: the framework (System, Context) and :mod:`.integrators.base` only.
 """
@@ -99,8 +101,6 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
     return run(init, tuple(body_consts), tuple(cond_consts))
 
 
-WhileLoop = Callable[..., Any]
-
 # loop invariants smaller than this (elements) are packed into one vector per dtype
 _PACK_MAX_SIZE = 4096
 _PACK_MIN_COUNT = 8
@@ -162,21 +162,109 @@ def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[...,
     return fn_p, packed
 
 
-def make_while_loop(loop: str, checkpoints: int | None) -> WhileLoop:
-    """``while_loop(cond, body, init, max_steps, buffers=None)`` of the kind ``simulate(loop=...)`` asks for.
+Writes = list[tuple[Array, Any, Array]]
 
-    ``"bounded"``: :func:`while_fast_primal` (loops with ``buffers``, the saving loop's, use the bounded
-    loop directly: equinox's buffers need it). ``"checkpointed"``: equinox's checkpointed loop with
-    ``checkpoints`` saved states for reverse mode (no forward mode).
+
+def apply_writes(buffers: Any, writes: Writes) -> Any:
+    """``buffers`` (a pytree of arrays with a leading row axis, or equinox buffers) with each write
+    ``(row, value, pred)`` applied: row ``row`` set to ``value`` (a pytree like one row) where
+    ``pred``."""
+    for row, value, pred in writes:
+        # (the value's tree first: inside equinox's loop each buffer array is a buffer object, a subtree)
+        buffers = jax.tree_util.tree_map(
+            lambda v, b, row=row, pred=pred: eqxi.buffer_at_set(b, row, jnp.asarray(v).astype(b.dtype), pred=pred),
+            value,
+            buffers,
+        )
+    return buffers
+
+
+def while_with_writes_fast_primal(cond: Any, body: Any, init: Any, buffers0: Any, max_steps: int) -> tuple[Any, Any]:
+    """A while loop that also fills write-only buffers: ``body(carry) -> (carry, writes)`` (see
+    :func:`apply_writes`); returns ``(carry, buffers)``.
+
+    As :func:`while_fast_primal`: a plain ``lax.while_loop`` when evaluated (the buffers are updated
+    in place; a pass of equinox's bounded loop costs ~1-2 us more on a CPU, which a saving loop pays
+    once per save), equinox's bounded loop with the buffers as its buffers when differentiated. The
+    body never sees the buffers, so its closure conversion is the same for both loops.
+    """
+    body_c, body_consts = packed_closure(body, init)
+    cond_c, cond_consts = packed_closure(cond, init)
+
+    def step(c: Any, b: Any, bc: Any) -> tuple[Any, Any]:
+        c2, writes = body_c(c, *bc)
+        return c2, apply_writes(b, writes)
+
+    def bounded(c0: Any, b0: Any, bc: Any, cc: Any) -> Any:
+        return eqxi.while_loop(
+            lambda s: cond_c(s[0], *cc),
+            lambda s: step(s[0], s[1], bc),
+            (c0, b0),
+            max_steps=max_steps,
+            kind="bounded",
+            buffers=lambda s: s[1],
+        )
+
+    @jax.custom_jvp
+    def run(c0: Any, b0: Any, bc: Any, cc: Any) -> Any:
+        # (at most max_steps passes, as the bounded loop: a loop whose condition never turns false, on
+        # NaN times say, stops)
+        def cond_n(s: Any) -> Any:
+            return (s[2] < max_steps) & cond_c(s[0], *cc)
+
+        def body_n(s: Any) -> Any:
+            return (*step(s[0], s[1], bc), s[2] + 1)
+
+        c, b, _ = jax.lax.while_loop(cond_n, body_n, (c0, b0, jnp.zeros((), jnp.int32)))
+        return c, b
+
+    @run.defjvp
+    def run_jvp(primals: Any, tangents: Any) -> Any:
+        return jax.jvp(bounded, primals, tangents)
+
+    return run(init, buffers0, tuple(body_consts), tuple(cond_consts))
+
+
+class WhileLoop:
+    """The loop flavour ``simulate(loop=...)`` asks for: ``while_loop(cond, body, init, max_steps)``,
+    and :meth:`with_writes` for a loop that fills buffers (the saving loop).
+
+    ``"bounded"``: :func:`while_fast_primal` / :func:`while_with_writes_fast_primal` (plain while loops
+    when evaluated). ``"checkpointed"``: equinox's checkpointed loop with ``checkpoints`` saved states
+    for reverse mode (no forward mode).
     """
 
-    def while_loop(cond: Any, body: Any, init: Any, max_steps: int, buffers: Any = None) -> Any:
-        if loop == "bounded" and buffers is None:
-            return while_fast_primal(cond, body, init, max_steps)
-        if loop == "checkpointed":
-            return eqxi.while_loop(
-                cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=checkpoints, buffers=buffers
-            )
-        return eqxi.while_loop(cond, body, init, max_steps=max_steps, kind="bounded", buffers=buffers)
+    def __init__(self, loop: str, checkpoints: int | None) -> None:
+        if loop not in ("bounded", "checkpointed"):
+            raise ValueError(f"unknown loop kind {loop!r}")
+        self.loop = loop
+        self.checkpoints = checkpoints
 
-    return while_loop
+    def __call__(self, cond: Any, body: Any, init: Any, max_steps: int) -> Any:
+        if self.loop == "bounded":
+            return while_fast_primal(cond, body, init, max_steps)
+        return eqxi.while_loop(cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=self.checkpoints)
+
+    def with_writes(self, cond: Any, body: Any, init: Any, buffers0: Any, max_steps: int) -> tuple[Any, Any]:
+        """``(carry, buffers)`` after looping ``body(carry) -> (carry, writes)`` while ``cond(carry)``."""
+        if self.loop == "bounded":
+            return while_with_writes_fast_primal(cond, body, init, buffers0, max_steps)
+
+        def step(s: Any) -> Any:
+            c2, writes = body(s[0])
+            return c2, apply_writes(s[1], writes)
+
+        return eqxi.while_loop(
+            lambda s: cond(s[0]),
+            step,
+            (init, buffers0),
+            max_steps=max_steps,
+            kind="checkpointed",
+            checkpoints=self.checkpoints,
+            buffers=lambda s: s[1],
+        )
+
+
+def make_while_loop(loop: str, checkpoints: int | None) -> WhileLoop:
+    """The :class:`WhileLoop` of the kind ``simulate(loop=...)`` asks for."""
+    return WhileLoop(loop, checkpoints)

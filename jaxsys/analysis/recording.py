@@ -7,7 +7,7 @@
   (XLA's CPU runtime runs a loop body whose buffers are all small far faster: ~0.4 vs ~1 us a step).
   Each pass either steps *to* the next save time and records there exactly (Drake's ``AdvanceTo``
   semantics), or, with ``dense_output``, takes one step past it and interpolates every save time that
-  step spans (up to :data:`DENSE_WINDOW` a pass).
+  step spans (up to :func:`dense_window` of them a pass).
 
 Imports: the framework (Context, errors), :mod:`.loop_state`, :mod:`.results`.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,12 +24,30 @@ import numpy as np
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from .loop_state import LoopState
+from .loops import WhileLoop, Writes
 from .results import STATUS_OK
 
 
 Array = jax.Array
 
-DENSE_WINDOW = 8  # with dense output, save times interpolated per pass of the saving loop
+DENSE_WINDOW = 8  # with dense output, at most this many save times interpolated per pass of the saving loop
+
+
+def dense_window(ts: Any, max_step: float | None) -> int:
+    """How many save times one pass of the dense saving loop interpolates: as many as one step can
+    span, ``ceil(max_step / smallest gap)`` when the save times are known while tracing, capped at
+    :data:`DENSE_WINDOW`. A slot costs its interpolation, record and predicated row write in every
+    pass, used or not (about 1 us each on a CPU); saves a window misses are written by the next
+    pass (which takes no step), so the window changes the speed, never the values."""
+    n = int(np.shape(ts)[0])
+    cap = max(1, min(DENSE_WINDOW, n))
+    c_ts = concrete(ts)
+    if c_ts is None or n < 2 or max_step is None or not np.isfinite(max_step):
+        return cap
+    gap = float(np.min(np.diff(c_ts)))
+    if not gap > 0:
+        return cap
+    return int(min(cap, max(1, np.ceil(max_step / gap * (1 - 1e-9)))))
 
 
 def concrete(x: Any) -> Any:
@@ -117,66 +134,68 @@ def run_with_saving(
     context_at: Callable[[LoopState, Array, Array], Context],
     record: Callable[[Context], Any],
     saves0: tuple[Array, Any],
-    while_loop: Callable[..., Any],
+    while_loop: WhileLoop,
     interpolate: Callable[..., Array] | None,
+    window: int | None = None,
 ) -> tuple[LoopState, tuple[Array, Any]]:
     """The outer saving loop (see the module docstring): returns the final loop state and
     ``(number of saves written, buffers)``.
 
     ``advance(state, target)`` runs the stepping loop until time reaches ``target``; ``context_at``
     builds the context of a state at a time and continuous state; ``interpolate`` is the integrator's
-    continuous extension for dense output (None: save by stepping to the save times).
+    continuous extension for dense output (None: save by stepping to the save times); ``window``:
+    the save times interpolated per pass (:func:`dense_window`; None: as many as the save times
+    allow, up to :data:`DENSE_WINDOW`).
     """
     n_save = int(ts.shape[0])
+    window = dense_window(ts, None) if window is None else max(1, min(window, n_save))
 
     def outer_body(oc: Any) -> Any:
-        c, (k, buf) = oc
+        c, k = oc
         target = jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], t_final)
         c = advance(c, target)
         if interpolate is not None:
-            return c, _dense_saves(c, k, buf, ts, context_at, record, interpolate)
+            k, writes = _dense_saves(c, k, ts, context_at, record, interpolate, window)
+            return (c, k), writes
         hit = (c.counters.status == STATUS_OK) & (k < n_save) & (c.clock.t >= target)
-        kk = jnp.clip(k, 0, n_save - 1)
         value = record(context_at(c, c.clock.t, c.x))
-        buf = jax.tree_util.tree_map(lambda v, b: eqxi.buffer_at_set(b, kk, v.astype(b.dtype), pred=hit), value, buf)
-        return c, (k + hit.astype(jnp.int32), buf)
+        return (c, k + hit.astype(jnp.int32)), [(jnp.clip(k, 0, n_save - 1), value, hit)]
 
     def outer_cond(oc: Any) -> Array:
-        c, (k, _) = oc
+        c, k = oc
         return ((k < n_save) | (c.clock.t < t_final)) & running(c)
 
-    return while_loop(outer_cond, outer_body, (state, saves0), n_save + 1, buffers=lambda oc: oc[1][1])
+    k0, buf0 = saves0
+    (c, k), buf = while_loop.with_writes(outer_cond, outer_body, (state, k0), buf0, n_save + 1)
+    return c, (k, buf)
 
 
 def _dense_saves(
     c: LoopState,
     k: Array,
-    buf: Any,
     ts: Array,
     context_at: Callable[[LoopState, Array, Array], Context],
     record: Callable[[Context], Any],
     interpolate: Callable[..., Array],
-) -> tuple[Array, Any]:
-    """Every save time the last step spans, up to DENSE_WINDOW of them, from its interpolant."""
+    window: int,
+) -> tuple[Array, Writes]:
+    """Every save time the last step spans, up to ``window`` of them, from its interpolant: the new
+    save count and the row writes (one predicated write per slot: a scatter with dropped
+    out-of-range rows would give NaN cotangents)."""
     n_save = int(ts.shape[0])
-    window = min(DENSE_WINDOW, n_save)
     t = c.clock.t
     step = c.dense
-    idx = k + jnp.arange(window, dtype=jnp.int32)
-    tsw = ts[jnp.clip(idx, 0, n_save - 1)]
-    hit = (c.counters.status == STATUS_OK) & (idx < n_save) & (tsw <= t)
+    ok = c.counters.status == STATUS_OK
     h_a = step.h
-    theta = jnp.clip(jnp.where(h_a > 0, (tsw - step.t) / jnp.where(h_a > 0, h_a, 1.0), 1.0), 0.0, 1.0)
-    xs = jax.vmap(lambda th: interpolate(step.x, step.x_new, h_a, step.data, th))(theta)
-    xs = jnp.where((tsw >= t)[:, None], step.x_new, xs)  # the end point itself, exactly
-    vals = jax.vmap(lambda tt, xx: record(context_at(c, tt, xx)))(tsw, xs)
-    # one predicated row write per slot (a scatter with dropped out-of-range rows would give NaN
-    # cotangents); the record's tree first: inside the loop each buffer array is an equinox buffer
+    n_hit = jnp.zeros((), jnp.int32)
+    writes: Writes = []
     for j in range(window):
-        row = jnp.clip(idx[j], 0, n_save - 1)
-        buf = jax.tree_util.tree_map(
-            lambda v, b, j=j, row=row: eqxi.buffer_at_set(b, row, v[j].astype(b.dtype), pred=hit[j]),
-            vals,
-            buf,
-        )
-    return k + jnp.sum(hit).astype(jnp.int32), buf
+        row = jnp.clip(k + j, 0, n_save - 1)
+        t_j = ts[row]
+        hit = ok & (k + j < n_save) & (t_j <= t)
+        theta = jnp.clip(jnp.where(h_a > 0, (t_j - step.t) / jnp.where(h_a > 0, h_a, 1.0), 1.0), 0.0, 1.0)
+        # (the end point itself exactly)
+        x_j = jnp.where(t_j >= t, step.x_new, interpolate(step.x, step.x_new, h_a, step.data, theta))
+        writes.append((row, record(context_at(c, t_j, x_j)), hit))
+        n_hit = n_hit + hit.astype(jnp.int32)
+    return k + n_hit, writes

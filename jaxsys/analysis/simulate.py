@@ -40,7 +40,7 @@ from .integrators import IntegratorBase, RungeKutta3Integrator
 from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .progress import AbstractProgressMeter, NoProgressMeter
-from .recording import check_save_times, concrete
+from .recording import check_save_times, concrete, dense_window
 from .results import (
     STATUS_BAD_TIMES,
     STATUS_EVENT_FAILED,
@@ -251,6 +251,8 @@ def simulate(
         checkpoints=checkpoints,
         dense_output=dense_output,
         monitor=monitor,
+        # (saves one step can span, while the save times are known: sizes the dense saving loop)
+        dense_window=dense_window(save_at, integrator.max_step_size) if dense_output and save_at is not None else None,
     )
     if _ENTRY_CACHE["enabled"] and not _any_tracer((system, context, t_final, save_at, pending_witness_events)):
         return _compiled_run(system, program, context, t_final, save_at, pending_witness_events, options)
@@ -365,6 +367,7 @@ def _simulate_body(
     checkpoints: int | None,
     dense_output: bool,
     monitor: Any = None,
+    dense_window: int | None = None,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point)."""
@@ -408,7 +411,14 @@ def _simulate_body(
             pending = _pending_flags(program, pending_witness_events)
             events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending, status0)
         stepper = StepLoop(
-            run, fixed, program, witness_iterations, dense_output, make_while_loop(loop, checkpoints), witness_isolation
+            run,
+            fixed,
+            program,
+            witness_iterations,
+            dense_output,
+            make_while_loop(loop, checkpoints),
+            witness_isolation,
+            dense_window,
         )
         raw = stepper.simulate(events0)
     progress.close(run.aux["progress"][1], raw.t)

@@ -148,6 +148,7 @@ class StepLoop:
         dense: bool,
         while_loop: WhileLoop,
         witness_isolation: bool = True,
+        dense_window: int | None = None,
     ) -> None:
         self.run = run
         self.fixed = fixed
@@ -155,6 +156,7 @@ class StepLoop:
         self.witness_iterations = witness_iterations
         self.witness_isolation = witness_isolation
         self.dense = dense
+        self.dense_window = dense_window
         self.while_loop = while_loop
         self.integrator = run.integrator
         self.fsal = run.integrator.uses_fsal()
@@ -439,8 +441,9 @@ class StepLoop:
         x_acc = jnp.where(accept, x_new, start.x)
         dense = s.dense
         if self.dense:
-            new_step = DenseStep(clock.t, h, start.x, x_new, attempt.interp)
-            dense = jax.tree_util.tree_map(lambda a, b: jnp.where(accept, a, b), new_step, s.dense)
+            # the last attempt, accepted or not: the loop stops right after an accepted step passes the
+            # target, so when the saving loop reads it, it is the step that passed (no select needed)
+            dense = DenseStep(clock.t, h, start.x, x_new, attempt.interp)
         grid = s.grid
         if self.fixed:
             # fixed steps restart from a boundary, a witness time, or the end of a step halved after a
@@ -521,6 +524,7 @@ class StepLoop:
                 saves0,
                 self.while_loop,
                 interpolate,
+                self.dense_window,
             )
             unfinished = (s.clock.t < run.t_final) | (n_saved < n_save)
         else:
