@@ -489,7 +489,9 @@ def _check_inputs(
                 f"(jnp.float64)). A complex state integrates as its real and imaginary parts: declare both."
             )
     try:
-        tf_shape, tf_kind = tuple(jnp.shape(t_final)), jnp.dtype(jnp.result_type(t_final)).kind
+        # (np.shape: a list is a shape error here, not a JAX deprecation warning, or an error later)
+        tf_shape = tuple(np.shape(t_final))
+        tf_kind = "O" if isinstance(t_final, (list, tuple)) else jnp.dtype(jnp.result_type(t_final)).kind
     except TypeError:
         tf_shape, tf_kind = tuple(np.shape(t_final)), "O"
     if tf_shape != () or tf_kind not in "iuf":
