@@ -5,7 +5,7 @@
 * :class:`FixedGrid`: fixed-step mode's grid origin (the last boundary) and steps since it;
 * :class:`EventCarry`: discrete/abstract state, periodic-event counters, publish logs, event counts;
 * :class:`Fsal`: the end-point derivative a first-same-as-last method reuses;
-* :class:`DenseStep`: the last accepted step and its interpolation data (``dense_output``);
+* :class:`DenseStep`: the last attempted step and its interpolation data (``dense_output``);
 * :class:`NewtonCarry`: an implicit method's Jacobian and factorizations, and its Newton statistics;
 * :class:`LoopState`: all of them with the continuous state.
 
@@ -147,7 +147,8 @@ class Fsal(NamedTuple):
 
 
 class DenseStep(NamedTuple):
-    """The last accepted step (from ``t`` by ``h``, ``x`` to ``x_new``) and its interpolation data."""
+    """The last attempted step (from ``t`` by ``h``, ``x`` to ``x_new``) and its interpolation data. The
+    saving loop reads it only after the stepping loop stopped on an accepted step, so it is that step."""
 
     t: Array
     h: Array
