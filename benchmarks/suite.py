@@ -70,26 +70,36 @@ def rk4_step(x, h, prm=PARAMS):
     return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
 
 
+def tableau_step(cls):
+    """``step(x, h, prm) -> (x_new, max |error estimate|)``: one step of the pendulum with the explicit
+    Runge-Kutta tableau of ``cls``, written out by hand."""
+    A = [list(r) for r in cls.A]
+    b, c, e = cls.b, cls.c, cls.b_err
+
+    def step(x, h, prm):
+        ks = []
+        for i in range(len(c)):
+            xi = x
+            for j, a in enumerate(A[i]):
+                if a:
+                    xi = xi + h * a * ks[j]
+            ks.append(pend_f(xi, prm))
+        xn = x + h * sum(bi * k for bi, k in zip(b, ks) if bi)
+        return xn, jnp.max(jnp.abs(h * sum(ei * k for ei, k in zip(e, ks) if ei)))
+
+    return step
+
+
 def hand_adaptive(cls, accuracy, max_step=0.1, t_final=10.0):
     """A hand-written error-controlled loop: the tableau of ``cls`` and Drake's step-size rule
     (the same arithmetic jaxsys performs, with nothing else in the loop)."""
-    A = [list(r) for r in cls.A]
-    b, c, e = cls.b, cls.c, cls.b_err
     order = cls.error_estimate_order
+    tableau = tableau_step(cls)
 
     @jax.jit
     def run(x0, prm):
         def step(x, h):
-            ks = []
-            for i in range(len(c)):
-                xi = x
-                for j, a in enumerate(A[i]):
-                    if a:
-                        xi = xi + h * a * ks[j]
-                ks.append(pend_f(xi, prm))
-            xn = x + h * sum(bi * k for bi, k in zip(b, ks) if bi)
-            err = h * sum(ei * k for ei, k in zip(e, ks) if ei)
-            return xn, jnp.max(jnp.abs(err))
+            return tableau(x, h, prm)
 
         def body(carry):
             t, x, h, h_ideal = carry
@@ -118,20 +128,8 @@ def hand_adjoint(cls, accuracy, t_final, max_step=0.1, max_steps=2**17):
     adjoint: a ``custom_vjp`` whose forward loop records every accepted step (start state, size) and
     whose backward loop replays them in reverse, one step's VJP at a time (step sizes held fixed, as
     jaxsys and Diffrax differentiate). The floor of reverse mode for this arithmetic on this machine."""
-    A = [list(r) for r in cls.A]
-    b, c, e = cls.b, cls.c, cls.b_err
     order = cls.error_estimate_order
-
-    def step(x, h, prm):
-        ks = []
-        for i in range(len(c)):
-            xi = x
-            for j, a in enumerate(A[i]):
-                if a:
-                    xi = xi + h * a * ks[j]
-            ks.append(pend_f(xi, prm))
-        xn = x + h * sum(bi * k for bi, k in zip(b, ks) if bi)
-        return xn, jnp.max(jnp.abs(h * sum(ei * k for ei, k in zip(e, ks) if ei)))
+    step = tableau_step(cls)
 
     def attempt(t, x, h, prm):
         h_max = t_final - t
@@ -437,13 +435,7 @@ def case_chain_grad(n=300):
     dynamics as one function, with Drake's error measure (max norm, absolute accuracy)."""
     import optimistix as optx  # a dependency of diffrax
 
-    b = js.DiagramBuilder()
-    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
-    for i in range(n):
-        lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0, 1))
-        b.connect(prev, lag.get_input_port())
-        prev = lag.get_output_port()
-    d = b.build()
+    d = lag_chain(n)
     integ = js.RungeKutta5Integrator(max_step_size=1.0, target_accuracy=1e-6)
     ctx = d.create_default_context()
 
@@ -521,15 +513,20 @@ def case_progress(n):
     return f"S6 batch of {n} pendulums with a progress meter, RK4 h=1e-3, 10 s", rows
 
 
-def case_chain(n):
-    t = time.perf_counter()
+def lag_chain(n):
+    """A constant source feeding a chain of n first-order lags (one class), each a subsystem."""
     b = js.DiagramBuilder()
     prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
     for i in range(n):
         lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0, 1))
         b.connect(prev, lag.get_input_port())
         prev = lag.get_output_port()
-    d = b.build()
+    return b.build()
+
+
+def case_chain(n):
+    t = time.perf_counter()
+    d = lag_chain(n)
     build_s = time.perf_counter() - t
     integ = js.RungeKutta5Integrator(max_step_size=1.0, target_accuracy=1e-6)
     ours = jax.jit(lambda c: js.simulate(d, c, 10.0, integ).context.get_continuous_state_vector())

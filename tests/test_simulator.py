@@ -466,6 +466,29 @@ def test_dense_output_values_steps_and_order():
         assert measured > order - 0.35, (cls.__name__, errs, measured)
 
 
+def test_dense_output_in_float32_under_jit_vmap_and_grad():
+    # the saving loop in float32, evaluated (plain while loop) and differentiated (bounded loop),
+    # batched: values against the closed form cos(sqrt(k) t), d/dk against float64
+    ts = np.linspace(0.1, 3.0, 30)
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-5)
+
+    def ys(dtype, k):
+        s = SpringMassDamper(1.0, 1.0, 0.0, has_input=False)
+        c = s.create_default_context(dtype).with_continuous_state(jnp.array([1.0, 0.0], dtype))
+        c = c.with_numeric_parameter(0, jnp.stack([jnp.ones((), dtype), k, jnp.zeros((), dtype)]))
+        return js.simulate(s, c, 3.0, integ, save_at=ts, dense_output=True).ys[:, 0]
+
+    ks = jnp.array([0.5, 1.0, 2.0], jnp.float32)
+    y32 = jax.jit(jax.vmap(lambda k: ys(jnp.float32, k)))(ks)
+    assert y32.dtype == jnp.float32
+    exact = np.cos(np.sqrt(np.asarray(ks, np.float64))[:, None] * ts[None, :])
+    np.testing.assert_allclose(y32, exact, rtol=0, atol=5e-5)
+    loss = lambda dtype: jax.vmap(jax.grad(lambda k: jnp.sum(ys(dtype, k) ** 2)))  # noqa: E731
+    g32 = jax.jit(loss(jnp.float32))(ks)
+    g64 = loss(jnp.float64)(ks.astype(jnp.float64))
+    np.testing.assert_allclose(g32, g64, rtol=1e-3)
+
+
 def test_dense_output_many_saves_in_one_step_gradients_and_errors(monkeypatch):
     from jaxsys.analysis import recording
 
