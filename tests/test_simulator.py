@@ -420,6 +420,60 @@ def test_first_same_as_last_is_refreshed_after_events(cls):
     assert int(a.stats.num_derivative_evaluations) == 6 * int(a.stats.num_step_attempts) + 20
 
 
+class _CountedSampledFeedback(_SampledFeedback):
+    """_SampledFeedback that counts how often its derivative is traced."""
+
+    traces = [0]
+
+    def do_calc_time_derivatives(self, context):
+        type(self).traces[0] += 1
+        return super().do_calc_time_derivatives(context)
+
+
+@pytest.mark.parametrize("cls", [js.RungeKutta5Integrator, js.BogackiShampine3Integrator])
+def test_first_same_as_last_in_the_rolled_stages_of_a_large_diagram(cls):
+    # A diagram of more than ROLLED_STAGES_MIN_LEAVES leaves evaluates its stages in a loop, and a
+    # stale first stage (the run's start, each update) is evaluated by that loop, so the vector field
+    # is traced once per step. The run must equal the evaluate-every-stage run to the last bit, with
+    # one fresh first stage per update, in plain and dense runs.
+    from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_LEAVES
+
+    def diagram(with_events):
+        b = js.DiagramBuilder()
+        if with_events:
+            b.add_named_system("sampled", _CountedSampledFeedback())
+        prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+        for i in range(ROLLED_STAGES_MIN_LEAVES + 1):
+            lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0 + 0.1 * i, 1))
+            b.connect(prev, lag.get_input_port())
+            prev = lag.get_output_port()
+        return b.build()
+
+    d = diagram(True)
+    ctx = d.create_default_context()
+    ctx = ctx.with_continuous_state(ctx.get_continuous_state_vector().at[0].set(1.0))
+    assert ctx._num_leaves() > ROLLED_STAGES_MIN_LEAVES
+    integ = cls(max_step_size=0.1, target_accuracy=1e-8)
+    ts = jnp.linspace(0.0, 1.0, 7)
+    _CountedSampledFeedback.traces[0] = 0
+    a = js.simulate(d, ctx, 1.0, integ)
+    assert _CountedSampledFeedback.traces[0] == 1  # one traced copy in the loop
+    b_ = js.simulate(d, ctx, 1.0, integ.with_options(fsal=False))
+    np.testing.assert_array_equal(a.context.get_continuous_state_vector(), b_.context.get_continuous_state_vector())
+    assert int(a.stats.num_step_attempts) == int(b_.stats.num_step_attempts)
+    per_attempt = integ.num_evaluations() - 1
+    # 20 updates (t = 0, 0.05, ..., 0.95) each force a fresh first stage
+    assert int(a.stats.num_derivative_evaluations) == per_attempt * int(a.stats.num_step_attempts) + 20
+    # dense output (no events): the first step's first stage comes from the stage loop too
+    d = diagram(False)
+    ctx = d.create_default_context()
+    da = js.simulate(d, ctx, 1.0, integ, save_at=ts, dense_output=True)
+    db = js.simulate(d, ctx, 1.0, integ.with_options(fsal=False), save_at=ts, dense_output=True)
+    np.testing.assert_array_equal(da.ys, db.ys)
+    assert int(da.stats.num_derivative_evaluations) == per_attempt * int(da.stats.num_step_attempts) + 1
+    np.testing.assert_allclose(da.ys[-1], da.context.get_continuous_state_vector(), rtol=0, atol=1e-12)
+
+
 def test_dense_output_values_steps_and_order():
     # q'' = -q, q(0) = 1: q = cos t. Saving at 237 times by interpolation leaves the step sequence
     # exactly that of a run without saves (stepping to them takes ~1.8x the steps), and the values

@@ -283,6 +283,10 @@ def test_private_methods_are_plain_and_public_ones_stay_pytrees():
 
     d = _chain([js.FirstOrderLowPassFilter(1.0, 1) for _ in range(2)])
     assert isinstance(d._flat, types.MethodType)  # internals: no equinox BoundMethod (O(size) to make)
+    # structural queries and declarations (no arrays in or out) are plain too
+    for name in ("get_name", "num_input_ports", "get_input_port", "get_direct_feedthroughs", "validate_context"):
+        assert isinstance(getattr(d, name), types.MethodType), name
+    assert isinstance(js.FirstOrderLowPassFilter(1.0, 1).declare_continuous_state, types.MethodType)
     assert not isinstance(d.calc_time_derivatives, types.MethodType)  # equinox's pytree bound method
     ctx = d.create_default_context().with_continuous_state(jnp.array([0.5, 0.25]))
     np.testing.assert_allclose(

@@ -160,6 +160,9 @@ class StepLoop:
         self.while_loop = while_loop
         self.integrator = run.integrator
         self.fsal = run.integrator.uses_fsal()
+        # whether the carried first stage may be stale when a step starts (updates before it, or the
+        # run's start with rolled stages): such steps say so to the integrator, which evaluates it
+        self.checked_fsal = self.fsal and (self.program is not None or bool(run.aux.get("rolled", False)))
         self.newton = run.integrator.uses_newton_cache()
         self.has_state = run.x0.shape[0] > 0
         self.meter, self.token = run.aux["progress"]
@@ -171,7 +174,8 @@ class StepLoop:
         x0, t0, dtype = run.x0, run.t0, run.t0.dtype
         h0 = integrator.get_initial_step_size_target()
         extra = 0
-        if self.fsal and self.program is not None:
+        if self.fsal and self.checked_fsal:
+            # the first step evaluates its first stage (inside its stage loop when rolled)
             fsal: Fsal | tuple[()] = Fsal(jnp.zeros_like(x0), jnp.array(False))
         elif self.fsal:
             fsal, extra = Fsal(run.f(t0, x0), jnp.array(True)), 1
@@ -311,12 +315,15 @@ class StepLoop:
         k1: Any = None
         if self.fsal:
             k1, valid = s.fsal
+        if self.checked_fsal:
             if self.program is not None:
                 # updates at the start of this step change the state or the dynamics
                 valid = valid & (start.n_u + start.n_d == 0)
-                k1 = jax.lax.cond(valid, lambda: k1, lambda: start.f(t, x))
-                extra = (~valid).astype(jnp.int32)
-        if self.dense:
+            extra = (~valid).astype(jnp.int32)
+            x_new, err, ok, k_end, interp, k1 = integrator.attempt_step_reusing(
+                start.f, t, x, h, start.aux, k1, valid, choice.t_new, self.dense
+            )
+        elif self.dense:
             x_new, err, ok, k_end, interp = integrator.attempt_step_dense(start.f, t, x, h, start.aux, k1, choice.t_new)
         elif self.fsal:
             x_new, err, ok, k_end = integrator.attempt_step_fsal(start.f, t, x, h, start.aux, k1, choice.t_new)

@@ -568,16 +568,18 @@ class LeafSystem(LeafEvents):
     def _trace_direct_feedthroughs(self) -> frozenset[tuple[int, int]]:
         n_in = self.num_input_ports()
         pairs: set[tuple[int, int]] = set()
-        ctx = self._allocate_context(jnp.float32)
-        placeholders = [p.allocate() for p in self._spec.input_ports]
+        ctx = placeholders = None  # allocated on the first output that must be traced
         for j, decl in enumerate(self._spec.output_feedthrough):
             declared = self._feedthrough_decl(decl)
             if declared is not None:
                 pairs.update((i, j) for i in declared)
                 continue
+            if ctx is None:
+                ctx = self._allocate_context(jnp.float32)
+                placeholders = [p.allocate() for p in self._spec.input_ports]
 
-            def out_fn(*inputs: Any, _j: int = j) -> Any:
-                return self._calc_output_raw(ctx._with_inputs(tuple(inputs)), _j)
+            def out_fn(*inputs: Any, _j: int = j, _ctx: LeafContext = ctx) -> Any:
+                return self._calc_output_raw(_ctx._with_inputs(tuple(inputs)), _j)
 
             deps = jaxpr_dependencies(out_fn, placeholders)
             if deps is None:

@@ -57,6 +57,17 @@ class _SystemSpec:
         return f"<spec of {self.name!r}>"
 
 
+_STRUCTURAL = frozenset(
+    (
+        "get_name set_name get_system_id get_system_id_string get_path get_parent num_input_ports "
+        "num_output_ports get_input_port get_output_port get_input_port_by_name get_output_port_by_name "
+        "has_input_port has_output_port get_direct_feedthroughs has_direct_feedthrough "
+        "has_any_direct_feedthrough validate_context num_subsystems get_systems get_subsystem_by_name "
+        "get_num_total_inputs get_num_total_outputs"
+    ).split()
+)
+
+
 class System(SystemEvents, SystemConstraints):
     """Abstract base of every system (Drake's ``System<T>``). See the module docstring."""
 
@@ -71,7 +82,10 @@ class System(SystemEvents, SystemConstraints):
         # O(N), and building or tracing a diagram accesses its methods O(N) times. Private
         # (single-underscore) names are the framework's internals: they get plain bound methods.
         # Public methods keep equinox's behaviour (``jax.jit(system.method)`` works).
-        if name[:1] == "_" and name[:2] != "__":
+        # The structural queries and declarations below take and return no arrays (names, ports,
+        # feedthrough, context checks): they get plain bound methods too, since the framework calls
+        # them O(N) times while building and tracing a diagram.
+        if (name[:1] == "_" and name[:2] != "__") or name in _STRUCTURAL or name[:8] == "declare_":
             return object.__getattribute__(self, name)
         return super().__getattribute__(name)
 

@@ -93,23 +93,32 @@ def class_signature(cls: type) -> Any:
     together; anything not comparable falls back to the class itself (cached per class)."""
     sig = _CLASS_SIGS.get(cls)
     if sig is None:
-        found: dict[str, Any] = {}  # static lookup along the MRO (first definition wins)
-        for k in cls.__mro__:
-            if k is object:
-                continue
-            for n, v in vars(k).items():
-                if n not in found and not (n.startswith("__") and n.endswith("__")) and not n.startswith("_abc"):
-                    found[n] = v
-        items: list[Any] | None = []
-        for n in sorted(found):
-            a = _cached_attribute_sig(found[n])
-            if a is None:
-                items = None
-                break
-            items.append((n, a))
-        sig = ("class", cls) if items is None else ("code", tuple(items))
+        found: dict[str, Any] = {}  # static lookup along the MRO: the first definition wins
+        for k in reversed(cls.__mro__):
+            found.update(_own_attribute_sigs(k))
+        if any(a is None for a in found.values()):
+            sig = ("class", cls)
+        else:
+            sig = ("code", tuple(sorted(found.items())))
         _CLASS_SIGS[cls] = sig
     return sig
+
+
+_OWN_SIGS: dict[type, dict[str, Any]] = {}
+
+
+def _own_attribute_sigs(k: type) -> dict[str, Any]:
+    """The signatures of the attributes ``k`` itself defines (None where identity-based), cached per
+    class: a leaf class shares its bases' entries, so only its own attributes are looked at."""
+    own = _OWN_SIGS.get(k)
+    if own is None:
+        own = {}
+        if k is not object:
+            for n, v in vars(k).items():
+                if not (n.startswith("__") and n.endswith("__")) and not n.startswith("_abc"):
+                    own[n] = _cached_attribute_sig(v)
+        _OWN_SIGS[k] = own
+    return own
 
 
 def _has_id(sig: Any) -> bool:

@@ -43,6 +43,39 @@ class _ExplicitRK(IntegratorBase):
     ) -> tuple[Array, Array, Array, Array]:
         return self._stages(f, t, x, h, aux, k_first, t_end)
 
+    def attempt_step_reusing(
+        self,
+        f: VectorField,
+        t: Array,
+        x: Array,
+        h: Array,
+        aux: Any,
+        k_first: Array,
+        k_valid: Array,
+        t_end: Array,
+        dense: bool,
+    ) -> tuple[Array, Array, Array, Array, Array | None, Array]:
+        """A first-same-as-last step whose carried first stage may be stale (``k_valid`` False: the
+        run's start, or an update changed the state or the dynamics): then the first stage is
+        evaluated here. In a rolled step (large diagrams) that evaluation is the stage loop's own, so
+        the vector field is traced once per step, not twice.
+
+        Returns (x_new, err, ok, f(t_end, x_new), the interpolation data when ``dense`` else None,
+        the first stage used)."""
+        if not (aux is not None and aux.get("rolled", False)):
+            k1 = jax.lax.cond(k_valid, lambda: k_first, lambda: f(t, x))
+            if dense:
+                x_new, err, ok, k_end, interp = self.attempt_step_dense(f, t, x, h, aux, k1, t_end)
+                return x_new, err, ok, k_end, interp, k1
+            x_new, err, ok, k_end = self.attempt_step_fsal(f, t, x, h, aux, k1, t_end)
+            return x_new, err, ok, k_end, None, k1
+        x_new, err, ok, K = self._stages_rolled(f, t, x, h, k_first, t_end, k_valid)
+        s = len(self.c)
+        interp = None
+        if dense:
+            interp = K if self.dense is not None else jnp.stack([K[0], K[s - 1]])
+        return x_new, err, ok, K[s - 1], interp, K[0]
+
     # Dense output: coefficients of a polynomial continuous extension in theta, per stage (rows:
     # powers theta^1..theta^p); None = cubic Hermite through (x, f(t, x)) and (x_new, f(t + h, x_new)).
     dense: ClassVar[tuple[tuple[float, ...], ...] | None] = None
@@ -113,10 +146,18 @@ class _ExplicitRK(IntegratorBase):
         return x_new, err, jnp.array(True), (jnp.stack(ks) if all_stages else ks[-1])
 
     def _stages_rolled(
-        self, f: VectorField, t: Array, x: Array, h: Array, k_first: Array | None, t_end: Array | None
+        self,
+        f: VectorField,
+        t: Array,
+        x: Array,
+        h: Array,
+        k_first: Array | None,
+        t_end: Array | None,
+        k_valid: Array | None = None,
     ) -> tuple[Array, Array, Array, Array]:
         """The same step with the stages in a loop: one traced copy of ``f`` (for large diagrams,
-        where compile time, not the loop overhead, dominates)."""
+        where compile time, not the loop overhead, dominates). With ``k_valid``, ``k_first`` is used
+        only where it is valid; otherwise the loop's first pass evaluates it."""
         s = len(self.c)
         A = np.zeros((s, s))
         for i, row in enumerate(self.A):
@@ -131,7 +172,15 @@ class _ExplicitRK(IntegratorBase):
             return K.at[i].set(f(times[i], xi))
 
         K0 = jnp.zeros((s,) + x.shape, x.dtype)
-        if k_first is not None:
+        if k_first is not None and k_valid is not None:
+
+            def stage_or_reuse(i: Array, K: Array) -> Array:
+                xi = x + h * (A_[i] @ K)
+                ki = jax.lax.cond((i == 0) & k_valid, lambda: K[0], lambda: f(times[i], xi))
+                return K.at[i].set(ki)
+
+            K = jax.lax.fori_loop(0, s, stage_or_reuse, K0.at[0].set(k_first))
+        elif k_first is not None:
             K = jax.lax.fori_loop(1, s, stage, K0.at[0].set(k_first))
         else:
             K = jax.lax.fori_loop(0, s, stage, K0)
