@@ -430,29 +430,54 @@ class _CountedSampledFeedback(_SampledFeedback):
         return super().do_calc_time_derivatives(context)
 
 
+def _distinct_lag(i):
+    """A first-order lag y' = (u - y) (1 + 0.1 i) whose derivative is code of its own (not grouped)."""
+    rate = 1.0 + 0.1 * i
+
+    def derivatives(self, c):
+        return (self.get_input_port(0).eval(c) - c.get_continuous_state_vector()) * rate
+
+    def init(self):
+        js.LeafSystem.__init__(self, f"lag{i}")
+        self.declare_continuous_state(1)
+        self.declare_vector_input_port("u", 1)
+        self.declare_vector_output_port("y", 1, lambda c: c.get_continuous_state_vector(), direct_feedthrough=False)
+
+    cls = type(f"DistinctLag{i}", (js.LeafSystem,), {"__init__": init, "do_calc_time_derivatives": derivatives})
+    return cls()
+
+
 @pytest.mark.parametrize("cls", [js.RungeKutta5Integrator, js.BogackiShampine3Integrator])
 def test_first_same_as_last_in_the_rolled_stages_of_a_large_diagram(cls):
-    # A diagram of more than ROLLED_STAGES_MIN_LEAVES leaves evaluates its stages in a loop, and a
-    # stale first stage (the run's start, each update) is evaluated by that loop, so the vector field
-    # is traced once per step. The run must equal the evaluate-every-stage run to the last bit, with
-    # one fresh first stage per update, in plain and dense runs.
-    from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_LEAVES
+    # A diagram of more than ROLLED_STAGES_MIN_UNITS distinct leaves evaluates its stages in a loop,
+    # and a stale first stage (the run's start, each update) is evaluated by that loop, so the vector
+    # field is traced once per step. The run must equal the evaluate-every-stage run to the last bit,
+    # with one fresh first stage per update, in plain and dense runs.
+    from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_UNITS, _evaluation_units
 
     def diagram(with_events):
         b = js.DiagramBuilder()
         if with_events:
             b.add_named_system("sampled", _CountedSampledFeedback())
         prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
-        for i in range(ROLLED_STAGES_MIN_LEAVES + 1):
-            lag = b.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0 + 0.1 * i, 1))
-            b.connect(prev, lag.get_input_port())
-            prev = lag.get_output_port()
+        for i in range(ROLLED_STAGES_MIN_UNITS + 1):
+            lag = b.add_system(_distinct_lag(i))
+            b.connect(prev, lag.get_input_port(0))
+            prev = lag.get_output_port(0)
         return b.build()
 
     d = diagram(True)
     ctx = d.create_default_context()
     ctx = ctx.with_continuous_state(ctx.get_continuous_state_vector().at[0].set(1.0))
-    assert ctx._num_leaves() > ROLLED_STAGES_MIN_LEAVES
+    assert _evaluation_units(d) > ROLLED_STAGES_MIN_UNITS
+    # identical leaves are one vmapped unit: a chain of 20 of them and its source are 2 units
+    same = js.DiagramBuilder()
+    prev = same.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i in range(20):
+        lag = same.add_named_system(f"lag{i}", js.FirstOrderLowPassFilter(1.0 + 0.1 * i, 1))
+        same.connect(prev, lag.get_input_port())
+        prev = lag.get_output_port()
+    assert _evaluation_units(same.build()) == 2
     integ = cls(max_step_size=0.1, target_accuracy=1e-8)
     ts = jnp.linspace(0.0, 1.0, 7)
     _CountedSampledFeedback.traces[0] = 0

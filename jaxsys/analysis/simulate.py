@@ -55,7 +55,19 @@ from .stepping import StepLoop
 
 Array = jax.Array
 
-ROLLED_STAGES_MIN_LEAVES = 16  # larger diagrams evaluate Runge-Kutta stages in a loop (compile once)
+# diagrams of more distinct evaluation units (see _evaluation_units) evaluate Runge-Kutta stages in a
+# loop, so that their dynamics are traced and compiled once per step
+ROLLED_STAGES_MIN_UNITS = 16
+
+
+def _evaluation_units(system: System) -> int:
+    """How many pieces of leaf code one derivative evaluation traces: the leaves evaluated one by one
+    plus one per group of identical leaves (evaluated together with one ``vmap``)."""
+    groups_of = getattr(system, "_groups", None)
+    if groups_of is None:
+        return 1
+    groups, _ = groups_of()
+    return len(system._flat().leaf_paths) - sum(len(g) for g in groups) + len(groups)
 
 
 def _default_record(context: Context) -> Array:
@@ -584,8 +596,9 @@ def _make_run(
         "num_q": cs.num_q,
         "num_v": cs.num_v,
         "v_to_qdot": lambda t, x, v: system._map_raw(ctx_at(t, x), v, "v_to_qdot"),
-        # Large diagrams: evaluate RK stages in a loop so the dynamics are traced and compiled once.
-        "rolled": context._num_leaves() > ROLLED_STAGES_MIN_LEAVES,
+        # Diagrams of many distinct leaves: evaluate RK stages in a loop so the dynamics are traced and
+        # compiled once (identical leaves are one vmap: their stages stay unrolled, which runs faster).
+        "rolled": _evaluation_units(system) > ROLLED_STAGES_MIN_UNITS,
         "progress": (progress, progress.start(t0, t_final_arr)),
     }
     f = system._derivative_function(context)
