@@ -447,6 +447,22 @@ def _distinct_lag(i):
     return cls()
 
 
+def _rolled_chain(with_events):
+    """A chain of ROLLED_STAGES_MIN_UNITS + 1 lags of distinct code (so Runge-Kutta stages are
+    rolled), fed by a constant; with ``with_events`` a sampled-feedback leaf beside it."""
+    from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_UNITS
+
+    b = js.DiagramBuilder()
+    if with_events:
+        b.add_named_system("sampled", _CountedSampledFeedback())
+    prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
+    for i in range(ROLLED_STAGES_MIN_UNITS + 1):
+        lag = b.add_system(_distinct_lag(i))
+        b.connect(prev, lag.get_input_port(0))
+        prev = lag.get_output_port(0)
+    return b.build()
+
+
 @pytest.mark.parametrize("cls", [js.RungeKutta5Integrator, js.BogackiShampine3Integrator])
 def test_first_same_as_last_in_the_rolled_stages_of_a_large_diagram(cls):
     # A diagram of more than ROLLED_STAGES_MIN_UNITS distinct leaves evaluates its stages in a loop,
@@ -455,18 +471,7 @@ def test_first_same_as_last_in_the_rolled_stages_of_a_large_diagram(cls):
     # with one fresh first stage per update, in plain and dense runs.
     from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_UNITS, _evaluation_units
 
-    def diagram(with_events):
-        b = js.DiagramBuilder()
-        if with_events:
-            b.add_named_system("sampled", _CountedSampledFeedback())
-        prev = b.add_named_system("one", js.ConstantVectorSource([1.0])).get_output_port()
-        for i in range(ROLLED_STAGES_MIN_UNITS + 1):
-            lag = b.add_system(_distinct_lag(i))
-            b.connect(prev, lag.get_input_port(0))
-            prev = lag.get_output_port(0)
-        return b.build()
-
-    d = diagram(True)
+    d = _rolled_chain(True)
     ctx = d.create_default_context()
     ctx = ctx.with_continuous_state(ctx.get_continuous_state_vector().at[0].set(1.0))
     assert _evaluation_units(d) > ROLLED_STAGES_MIN_UNITS
@@ -490,13 +495,36 @@ def test_first_same_as_last_in_the_rolled_stages_of_a_large_diagram(cls):
     # 20 updates (t = 0, 0.05, ..., 0.95) each force a fresh first stage
     assert int(a.stats.num_derivative_evaluations) == per_attempt * int(a.stats.num_step_attempts) + 20
     # dense output (no events): the first step's first stage comes from the stage loop too
-    d = diagram(False)
+    d = _rolled_chain(False)
     ctx = d.create_default_context()
     da = js.simulate(d, ctx, 1.0, integ, save_at=ts, dense_output=True)
     db = js.simulate(d, ctx, 1.0, integ.with_options(fsal=False), save_at=ts, dense_output=True)
     np.testing.assert_array_equal(da.ys, db.ys)
     assert int(da.stats.num_derivative_evaluations) == per_attempt * int(da.stats.num_step_attempts) + 1
     np.testing.assert_allclose(da.ys[-1], da.context.get_continuous_state_vector(), rtol=0, atol=1e-12)
+
+
+def test_rolled_stages_reverse_mode_and_float32():
+    # The rolled stage loop with its first-pass conditional: reverse mode equals forward mode, and a
+    # float32 run (sampled updates: a stale first stage every 0.05 s) follows the float64 one.
+    d = _rolled_chain(True)
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-6)
+
+    def final(x0, dtype):
+        c = d.create_default_context(dtype).with_continuous_state(x0)
+        return js.simulate(d, c, 1.0, integ).context.get_continuous_state_vector()
+
+    n = d.create_default_context().get_continuous_state_vector().shape[0]
+    x0 = jnp.linspace(1.0, 0.0, n)
+    w = jnp.linspace(1.0, 2.0, n)
+    g_rev = jax.grad(lambda x: jnp.dot(w, final(x, jnp.float64)))(x0)
+    g_fwd = jax.jacfwd(lambda x: final(x, jnp.float64))(x0).T @ w
+    np.testing.assert_allclose(g_rev, g_fwd, rtol=1e-10, atol=1e-12)
+    x32 = final(x0.astype(jnp.float32), jnp.float32)
+    assert x32.dtype == jnp.float32
+    np.testing.assert_allclose(x32, final(x0, jnp.float64), rtol=0, atol=2e-5)
+    g32 = jax.grad(lambda x: jnp.dot(w.astype(jnp.float32), final(x, jnp.float32)))(x0.astype(jnp.float32))
+    np.testing.assert_allclose(g32, g_rev, rtol=1e-3, atol=1e-4)
 
 
 def test_dense_output_values_steps_and_order():
