@@ -525,6 +525,10 @@ def test_rolled_stages_reverse_mode_and_float32():
     np.testing.assert_allclose(x32, final(x0, jnp.float64), rtol=0, atol=2e-5)
     g32 = jax.grad(lambda x: jnp.dot(w.astype(jnp.float32), final(x, jnp.float32)))(x0.astype(jnp.float32))
     np.testing.assert_allclose(g32, g_rev, rtol=1e-3, atol=1e-4)
+    # under vmap the first-pass conditional is a select: a batch equals its members run one by one
+    x0s = jnp.stack([x0, 0.5 * x0])
+    batch = jax.jit(jax.vmap(lambda x: final(x, jnp.float64)))(x0s)
+    np.testing.assert_allclose(batch, jnp.stack([final(x, jnp.float64) for x in x0s]), rtol=1e-12, atol=1e-14)
 
 
 def test_dense_output_values_steps_and_order():

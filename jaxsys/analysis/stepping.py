@@ -174,7 +174,7 @@ class StepLoop:
         x0, t0, dtype = run.x0, run.t0, run.t0.dtype
         h0 = integrator.get_initial_step_size_target()
         extra = 0
-        if self.fsal and self.checked_fsal:
+        if self.checked_fsal:
             # the first step evaluates its first stage (inside its stage loop when rolled)
             fsal: Fsal | tuple[()] = Fsal(jnp.zeros_like(x0), jnp.array(False))
         elif self.fsal:

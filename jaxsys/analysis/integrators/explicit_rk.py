@@ -70,11 +70,9 @@ class _ExplicitRK(IntegratorBase):
             x_new, err, ok, k_end = self.attempt_step_fsal(f, t, x, h, aux, k1, t_end)
             return x_new, err, ok, k_end, None, k1
         x_new, err, ok, K = self._stages_rolled(f, t, x, h, k_first, t_end, k_valid)
-        s = len(self.c)
-        interp = None
-        if dense:
-            interp = K if self.dense is not None else jnp.stack([K[0], K[s - 1]])
-        return x_new, err, ok, K[s - 1], interp, K[0]
+        k_end = K[len(self.c) - 1]
+        interp = self._interpolation_data(K, k_end) if dense else None
+        return x_new, err, ok, k_end, interp, K[0]
 
     # Dense output: coefficients of a polynomial continuous extension in theta, per stage (rows:
     # powers theta^1..theta^p); None = cubic Hermite through (x, f(t, x)) and (x_new, f(t + h, x_new)).
@@ -88,11 +86,14 @@ class _ExplicitRK(IntegratorBase):
     ) -> tuple[Array, Array, Array, Array, Array]:
         x_new, err, ok, K = self._stages(f, t, x, h, aux, k_first, t_end, all_stages=True)
         s = len(self.c)
-        if self.dense is not None:
-            return x_new, err, ok, K[s - 1], K
-        # cubic Hermite: f at both ends (the end one is the last stage of first-same-as-last methods)
-        f1 = K[s - 1] if self.uses_fsal() else f(t_end, x_new)
-        return x_new, err, ok, f1, jnp.stack([K[0], f1])
+        # (cubic Hermite needs f at the end: the last stage of first-same-as-last methods)
+        f1 = K[s - 1] if self.dense is not None or self.uses_fsal() else f(t_end, x_new)
+        return x_new, err, ok, f1, self._interpolation_data(K, f1)
+
+    def _interpolation_data(self, K: Array, f1: Array) -> Array:
+        """What :meth:`interpolate` reads of a step: all stages for a method with its own continuous
+        extension, else f at both ends (cubic Hermite)."""
+        return K if self.dense is not None else jnp.stack([K[0], f1])
 
     def interpolate(self, x: Array, x_new: Array, h: Array, data: Array, theta: Array) -> Array:
         if self.dense is not None:
