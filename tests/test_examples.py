@@ -25,7 +25,7 @@ def test_quickstart_runs_and_its_numbers_check_out():
 
 
 def run_example(name):
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -36,7 +36,7 @@ like periodic events do (a time equal to now is a step of zero length); mode-dep
 
 Updates due exactly at the end time stay pending (Drake's ``AdvanceTo``); the next run (or
 ``advance_pending_events``) performs them. The loop is a ``lax.while_loop`` when evaluated and
-equinox's bounded loop when differentiated (:func:`~.loops.while_fast_primal`); it stops when time
+a bounded loop when differentiated (:func:`~.loops.while_fast_primal`); it stops when time
 reaches the target, when the status is not ok, or after ``max_steps`` attempts.
 
 Imports: the framework, :mod:`.event_loop`, :mod:`.integrators.base`, :mod:`.loop_state`,

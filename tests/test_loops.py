@@ -1,0 +1,101 @@
+"""The differentiable while loop (jaxsys.analysis.loops.bounded_while) against closed forms.
+
+The loop runs ``x <- x + h * (a - b x)`` (a relaxation) while ``i < n``, with ``n`` a traced value
+smaller than ``max_steps``: the final ``x`` is ``a/b + (x0 - a/b) (1 - h b)^n``, whose derivatives
+in ``a``, ``b`` and ``x0`` are closed forms. Passes beyond ``n`` must change nothing: neither the
+value nor any derivative (forward, reverse, second order, under ``vmap``), whether the innermost
+block runs them and discards them (a select) or skips them (a conditional, for bodies with side
+effects).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxsys.analysis.loops import _has_side_effects, bounded_levels, bounded_while, while_fast_primal
+
+
+H = 0.01
+
+
+def closed(p, n):
+    a, b, x0 = p[0], p[1], p[2]
+    return a / b + (x0 - a / b) * (1 - H * b) ** n
+
+
+def run(p, n, max_steps, loop=bounded_while, effect=False):
+    a, b, x0 = p[0], p[1], p[2]
+
+    def body(c):
+        i, x = c
+        if effect:
+            jax.debug.callback(lambda *_: None, x)
+        return i + 1, x + H * (a - b * x)
+
+    return loop(lambda c: c[0] < n, body, (jnp.zeros((), jnp.int32), x0), max_steps)[1]
+
+
+P = jnp.array([0.7, 1.3, 0.2])
+
+
+@pytest.mark.parametrize("max_steps", [37, 300, 5000])
+@pytest.mark.parametrize("effect", [False, True])
+def test_value_and_derivatives_match_the_closed_form(max_steps, effect):
+    n = jnp.asarray(29)  # fewer than max_steps; not a multiple of the innermost block
+    f = jax.jit(lambda p: run(p, n, max_steps, effect=effect))
+    np.testing.assert_allclose(f(P), closed(P, 29), rtol=1e-13)
+    g_exact = jax.grad(closed)(P, 29.0)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(P), g_exact, rtol=1e-11)
+    np.testing.assert_allclose(jax.jit(jax.jacfwd(f))(P), g_exact, rtol=1e-11)
+    # second order, both nestings
+    h_exact = jax.hessian(closed)(P, 29.0)
+    np.testing.assert_allclose(jax.jit(jax.hessian(f))(P), h_exact, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(jax.jit(jax.jacrev(jax.jacrev(f)))(P), h_exact, rtol=1e-10, atol=1e-13)
+
+
+def test_vmap_with_different_trip_counts_and_grad_of_the_sum():
+    ns = jnp.array([0, 1, 15, 16, 17, 40])
+    ps = P + 0.1 * jnp.arange(6.0)[:, None]
+
+    def batch(ps):
+        return jax.vmap(lambda p, n: run(p, n, 64))(ps, ns)
+
+    expected = jax.vmap(closed)(ps, ns.astype(float))
+    np.testing.assert_allclose(jax.jit(batch)(ps), expected, rtol=1e-13)
+    g = jax.jit(jax.grad(lambda ps: jnp.sum(batch(ps))))(ps)
+    np.testing.assert_allclose(g, jax.vmap(jax.grad(closed))(ps, ns.astype(float)), rtol=1e-11)
+
+
+def test_the_fast_primal_loop_differentiates_through_the_bounded_loop():
+    n = jnp.asarray(100)
+    f = jax.jit(lambda p: run(p, n, 1000, loop=while_fast_primal))
+    np.testing.assert_allclose(f(P), closed(P, 100), rtol=1e-13)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(P), jax.grad(closed)(P, 100.0), rtol=1e-11)
+    # in float32 too: the same loop, one precision down
+    p32 = P.astype(jnp.float32)
+    g32 = jax.grad(lambda p: run(p, n, 1000, loop=while_fast_primal))(p32)
+    assert g32.dtype == jnp.float32
+    np.testing.assert_allclose(g32, jax.grad(closed)(P, 100.0), rtol=2e-4)
+
+
+def test_side_effects_are_found_in_nested_jaxprs():
+    def plain(x):
+        return jax.lax.cond(x > 0, jnp.sin, jnp.cos, x)
+
+    def with_callback(x):
+        return jax.lax.cond(x > 0, lambda x: (jax.debug.callback(print, x), x)[1], jnp.cos, x)
+
+    assert not _has_side_effects(jax.make_jaxpr(plain)(1.0))
+    assert _has_side_effects(jax.make_jaxpr(with_callback)(1.0))
+
+
+@pytest.mark.parametrize("max_steps", [1, 16, 17, 1000, 10**6, 10**8])
+@pytest.mark.parametrize("carry_bytes", [16, 10**6])
+def test_levels_cover_max_steps_without_waste(max_steps, carry_bytes):
+    levels = bounded_levels(max_steps, carry_bytes)
+    total = int(np.prod(levels))
+    assert total >= max_steps
+    assert levels[0] == 16 and all(n <= (64 if carry_bytes < 2048 else 16) for n in levels)
+    # the outermost block is no longer than it needs to be
+    assert total // levels[-1] * (levels[-1] - 1) < max_steps or len(levels) == 1
