@@ -99,3 +99,32 @@ def test_levels_cover_max_steps_without_waste(max_steps, carry_bytes):
     assert levels[0] == 16 and all(n <= (64 if carry_bytes < 2048 else 16) for n in levels)
     # the outermost block is no longer than it needs to be
     assert total // levels[-1] * (levels[-1] - 1) < max_steps or len(levels) == 1
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_finished_passes_never_meet_infinite_partials(dtype):
+    """A body whose partials are infinite at the finished state: steps of min(0.1, T - t), adding
+    a sqrt(h); once t = T, h = 0 and d sqrt(h)/dh is infinite. x(T) = a (10 sqrt(0.1) + sqrt(T - 1))
+    for 1 < T < 1.1. Finished passes run (the innermost block of 16 holds 11 real ones) but must not
+    turn the gradient into NaN, unbatched or under vmap."""
+
+    def final(q):
+        a, T = q[0], q[1]
+
+        def body(c):
+            t, x = c
+            h = jnp.minimum(jnp.asarray(0.1, dtype), T - t)
+            return t + h, x + a * jnp.sqrt(h)
+
+        return bounded_while(lambda c: c[0] < T, body, (jnp.zeros((), dtype), jnp.zeros((), dtype)), 1000)[1]
+
+    def closed(q):
+        a, T = q[0], q[1]
+        return a * (10 * jnp.sqrt(0.1) + jnp.sqrt(T - 1.0))
+
+    q = jnp.array([0.7, 1.05], dtype)
+    rtol = 1e-9 if dtype == jnp.float64 else 2e-3  # float32: t after ten steps of 0.1 is off by ~1e-7
+    np.testing.assert_allclose(jax.jit(jax.grad(final))(q), jax.grad(closed)(q.astype(jnp.float64)), rtol=rtol)
+    qs = jnp.stack([q, jnp.array([1.3, 1.08], dtype)])
+    g = jax.jit(jax.vmap(jax.grad(final)))(qs)
+    np.testing.assert_allclose(g, jax.vmap(jax.grad(closed))(qs.astype(jnp.float64)), rtol=rtol)

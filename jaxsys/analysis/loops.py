@@ -121,7 +121,7 @@ def bounded_levels(max_steps: int, carry_bytes: int) -> list[int]:
     return levels
 
 
-def bounded_while(cond: Any, body: Any, init: Any, max_steps: int, guarded: bool | None = None) -> Any:
+def bounded_while(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
     """A while loop of at most ``max_steps`` passes that JAX can differentiate in both modes: nested
     scans of conditional blocks, each block above the innermost checkpointed (recomputed in reverse
     mode, so memory grows with the number of levels, not of steps).
@@ -134,16 +134,15 @@ def bounded_while(cond: Any, body: Any, init: Any, max_steps: int, guarded: bool
     the body on its block's first carry, a state the loop really stepped from, so that reverse mode
     never meets the body's partials at a finished state (which may be infinite: a zero cotangent times
     them is NaN). A body holding a side effect (a host callback, an error check) is never run by a
-    finished pass: it keeps a conditional per pass (``guarded``; found from the body's jaxpr when not
-    given). Under ``vmap`` the conditionals ask whether any member goes on. Reverse mode through 11,500
-    steps of a pendulum (benchmark S2a-grad, calls interleaved): 21 ms against 35 ms for equinox's loop,
-    2.4 ms forward; with 100 save times, 42 ms against 55 ms.
+    finished pass: it keeps a conditional per pass (found from the body's jaxpr). Under ``vmap`` the
+    conditionals ask whether any member goes on. Reverse mode through 11,500 steps of a pendulum
+    (benchmark S2a-grad, calls interleaved): 21 ms against 35 ms for equinox's loop, 2.4 ms forward;
+    with 100 save times, 42 ms against 55 ms.
     """
     leaves = jax.tree_util.tree_leaves(init)
     carry_bytes = sum(jnp.size(x) * jnp.result_type(x).itemsize for x in leaves)
     levels = bounded_levels(max_steps, carry_bytes)
-    if guarded is None:
-        guarded = _has_side_effects(jax.make_jaxpr(body)(init))
+    guarded = _has_side_effects(jax.make_jaxpr(body)(init))
 
     # Under vmap the conditionals test whether any member goes on (``unvmap_any``: a batched
     # predicate would turn a conditional into a select, running every pass of every block), and each
@@ -191,11 +190,10 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
     body_c, body_consts = packed_closure(body, init)
     cond_c, cond_consts = packed_closure(cond, init)
 
-    # (traced here, on the closure-converted body: replaying its jaxpr, no second trace of the systems)
-    guarded = _has_side_effects(jax.make_jaxpr(body_c)(init, *body_consts))
-
     def bounded(c0: Any, bc: Any, cc: Any) -> Any:
-        return bounded_while(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0, max_steps, guarded)
+        # (traced only when differentiated; its side-effect check replays body_c's jaxpr, no second
+        # trace of the systems)
+        return bounded_while(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0, max_steps)
 
     @jax.custom_jvp
     def run(c0: Any, bc: Any, cc: Any) -> Any:
