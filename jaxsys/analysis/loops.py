@@ -6,12 +6,13 @@
 * :func:`bounded_while`: a while loop of at most ``max_steps`` passes that JAX differentiates in
   both modes (nested, checkpointed scans).
 * :func:`while_fast_primal`: a while loop that runs as a plain ``lax.while_loop`` when evaluated and
-  as :func:`bounded_while` when differentiated.
+  is differentiated by :mod:`.adjoint` (discrete adjoint; forward sensitivity).
 * :func:`while_with_writes_fast_primal`: the same for a loop that also fills write-only buffers (the
   saving loop's rows), which it updates in place when evaluated.
 * :class:`WhileLoop` / :func:`make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
 
-Imports: the framework (System, Context) and :mod:`.integrators.base` only.
+Imports: the framework (System, Context) and :mod:`.integrators.base` only (and :mod:`.adjoint`,
+which builds on this module, inside the derivative rule).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax._src.ad_util import stop_gradient_p
 from jax.interpreters import ad
 
@@ -176,16 +178,16 @@ def bounded_while(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
     return jax.lax.cond(eqxi.unvmap_any(cond(init)), lambda c: block(c, top), lambda c: c, init)
 
 
-def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
-    """A while loop that runs as a plain ``lax.while_loop`` when it is evaluated, and as
-    :func:`bounded_while` (forward- and reverse-mode differentiable) when it is differentiated.
+def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: str = "adjoint") -> Any:
+    """A while loop that runs as a plain ``lax.while_loop`` when it is evaluated, and is
+    differentiated by :mod:`.adjoint` (``reverse="adjoint"``, the default: forward mode by the plain
+    loop's JVP, reverse mode by the discrete adjoint from checkpoints placed at run time, second
+    order through :func:`bounded_while`), or by :func:`bounded_while`'s JVP and its transpose
+    (``reverse="bounded"``: nested scans, a fixed price per entry; kept for comparison).
 
-    The bounded loop nests scans of blocks: it costs more per step and a fixed price at every entry
-    (small loops entered often, as between save times, pay it many times). A ``custom_jvp`` keeps
-    the fast loop for evaluation, ``vmap`` included, and uses the bounded loop's JVP (and hence its
-    transpose for ``grad``) for derivatives: both loops run the same body, so values are identical.
-    Closed-over arrays become explicit arguments (``jax.closure_convert``) so that derivatives with
-    respect to them are seen.
+    A ``custom_jvp`` keeps the fast loop for evaluation, ``vmap`` included; all loops run the same
+    body, so values are identical. Closed-over arrays become explicit arguments
+    (:func:`packed_closure`) so that derivatives with respect to them are seen.
     """
     body_c, body_consts = packed_closure(body, init)
     cond_c, cond_consts = packed_closure(cond, init)
@@ -200,11 +202,31 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
         # (the body's own condition bounds the attempts: no extra step counter)
         return jax.lax.while_loop(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0)
 
-    @run.defjvp
     def run_jvp(primals: Any, tangents: Any) -> Any:
-        return jax.jvp(bounded, primals, tangents)
+        if reverse == "adjoint":
+            from .adjoint import loop_jvp  # (adjoint builds on this module)
+
+            return loop_jvp(body_c, cond_c, primals, tangents, max_steps)
+        return jax.jvp(bounded, primals, _materialize(primals, tangents))
+
+    run.defjvp(run_jvp, symbolic_zeros=True)
 
     return run(init, tuple(body_consts), tuple(cond_consts))
+
+
+def _materialize(primals: Any, tangents: Any) -> Any:
+    """Tangents with symbolic zeros replaced by zeros (float0 for integer primals)."""
+
+    def one(p: Any, t: Any) -> Any:
+        if not isinstance(t, jax.custom_derivatives.SymbolicZero):
+            return t
+        if jnp.issubdtype(jnp.result_type(p), jnp.inexact):
+            return jnp.zeros(jnp.shape(p), jnp.result_type(p))
+        return np.zeros(jnp.shape(p), jax.dtypes.float0)
+
+    return jax.tree_util.tree_map(
+        one, primals, tangents, is_leaf=lambda t: isinstance(t, jax.custom_derivatives.SymbolicZero)
+    )
 
 
 # loop invariants smaller than this (elements) are packed into one vector per dtype
@@ -256,14 +278,24 @@ def pack_arrays(arrays: list[Array]) -> tuple[list[Array], Callable[[list[Array]
 
 
 def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
-    """``jax.closure_convert`` with the hoisted constants packed by :func:`pack_arrays`:
-    ``fn_c(*args, *consts)`` equals ``fn(*args)``."""
-    fn_c, consts = jax.closure_convert(fn, *example)
-    packed, unpack = pack_arrays(list(consts))
+    """Closure conversion with the hoisted constants packed by :func:`pack_arrays`:
+    ``fn_c(*args, *consts)`` equals ``fn(*args)``.
+
+    Every array ``fn`` closes over is hoisted, integer tracers included (``jax.closure_convert``
+    keeps those closed over: a traced integer bound of a loop, under ``grad`` of a ``jit``'d
+    function, would then leak into the derivative's trace)."""
+    flat, in_tree = jax.tree_util.tree_flatten(example)
+    closed, out_shape = jax.make_jaxpr(lambda *a: fn(*jax.tree_util.tree_unflatten(in_tree, a)), return_shape=True)(
+        *flat
+    )
+    out_tree = jax.tree_util.tree_structure(out_shape)
+    packed, unpack = pack_arrays([jnp.asarray(c) for c in closed.consts])
     n = len(packed)
 
     def fn_p(*args: Any) -> Any:
-        return fn_c(*args[: len(args) - n], *unpack(list(args[len(args) - n :])))
+        consts = unpack(list(args[len(args) - n :]))
+        out = jax.core.eval_jaxpr(closed.jaxpr, consts, *jax.tree_util.tree_leaves(args[: len(args) - n]))
+        return jax.tree_util.tree_unflatten(out_tree, out)
 
     return fn_p, packed
 

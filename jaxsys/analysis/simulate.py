@@ -173,8 +173,10 @@ def simulate(
       continuous extension, so two crossings inside one step are seen when they are more than a
       quarter of the step apart.
     - `loop`: how the variable-length (error-controlled or event-driven) loop is built:
-      ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd`` and ``grad`` all work; evaluated
-      without differentiation it runs as a plain ``lax.while_loop``) or
+      ``"bounded"`` (default: ``jit``, ``vmap``, ``jvp``/``jacfwd``, ``grad`` and second derivatives
+      all work; evaluated it runs as a plain ``lax.while_loop``; ``grad`` runs its discrete adjoint
+      from checkpoints placed at run time, ``jacfwd`` its forward sensitivity; see
+      ``jaxsys.analysis.adjoint``) or
       ``"checkpointed"`` (reverse mode keeps only ``checkpoints`` saved states, recomputing the rest:
       for very long horizons whose ``grad`` would not fit in memory; forward-mode ``jvp``/``jacfwd``
       is not available with it). Fixed-step runs with a static step count are a ``lax.scan`` either way.

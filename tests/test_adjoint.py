@@ -1,0 +1,121 @@
+"""The discrete adjoint of a while loop (jaxsys.analysis.adjoint), through
+:func:`~jaxsys.analysis.loops.while_fast_primal`, against closed forms.
+
+The loop runs ``x <- x + h * (a - b x)`` while ``i < n`` (``n`` traced): the final ``x`` is
+``a/b + (x0 - a/b) (1 - h b)^n``. Trip counts are chosen around the adjoint's structure: the
+segment length, the forward run's checkpoint buffer filling and thinning, and segments long enough
+to be re-run and cut into pieces once or twice (a large carry shrinks the buffers to 16, so two
+levels of cutting are reached at a few thousand passes).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxsys.analysis import adjoint
+from jaxsys.analysis.loops import while_fast_primal
+
+
+H = 0.001
+P = jnp.array([0.7, 1.3, 0.2])
+
+
+def closed(p, n):
+    a, b, x0 = p[0], p[1], p[2]
+    return a / b + (x0 - a / b) * (1 - H * b) ** n
+
+
+def run(p, n, max_steps=200_000, wide=0, effect=False):
+    """The relaxation; ``wide`` > 0 adds a carried vector of that many zeros (a large carry)."""
+    a, b, x0 = p[0], p[1], p[2]
+
+    def body(c):
+        i, x, pad = c
+        if effect:
+            jax.debug.callback(lambda *_: None, x)
+        return i + 1, x + H * (a - b * x), pad
+
+    c0 = (jnp.zeros((), jnp.int32), x0, jnp.zeros((wide,), p.dtype))
+    return while_fast_primal(lambda c: c[0] < n, body, c0, max_steps)[1]
+
+
+@pytest.mark.parametrize("wide", [0, 600])
+def test_gradient_across_segments_thinning_and_cuts(wide):
+    """grad and jacfwd against the closed form for trip counts around every boundary of the
+    adjoint's structure (with wide=600 the carry is 4.8 KB: buffers of 16 carries, segments of 16,
+    so 5,000 passes are cut twice)."""
+    spec_width = 16 if wide else adjoint.WIDTH_MAX
+    seg = min(spec_width, adjoint.SEGMENT)
+    ns = sorted({0, 1, seg - 1, seg, seg + 1, spec_width * seg - 1, spec_width * seg, spec_width * seg + 1, 5000})
+    f = jax.jit(lambda p, n: run(p, n, wide=wide))
+    g = jax.jit(jax.grad(f))
+    jf = jax.jit(jax.jacfwd(f))
+    for n in ns:
+        n_ = jnp.asarray(n)
+        exact = jax.grad(closed)(P, float(n))
+        np.testing.assert_allclose(f(P, n_), closed(P, n), rtol=1e-12, err_msg=f"n={n}")
+        np.testing.assert_allclose(g(P, n_), exact, rtol=1e-10, atol=1e-14, err_msg=f"grad, n={n}")
+        np.testing.assert_allclose(jf(P, n_), exact, rtol=1e-10, atol=1e-14, err_msg=f"jacfwd, n={n}")
+
+
+@pytest.mark.parametrize("effect", [False, True])
+def test_second_order_through_the_bounded_loop(effect):
+    """Hessians (both nestings) differentiate the adjoint's primitives in their non-linear arguments:
+    they go through the bounded loop, and must match the closed form; so must jacfwd(jacfwd)."""
+    n = jnp.asarray(45)
+    f = jax.jit(lambda p: run(p, n, max_steps=300, effect=effect))
+    h_exact = jax.hessian(closed)(P, 45.0)
+    for how in (jax.hessian, lambda f: jax.jacrev(jax.jacrev(f)), lambda f: jax.jacfwd(jax.jacfwd(f))):
+        np.testing.assert_allclose(jax.jit(how(f))(P), h_exact, rtol=1e-9, atol=1e-13)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(P), jax.grad(closed)(P, 45.0), rtol=1e-11)
+
+
+def test_vmap_with_different_trip_counts():
+    """Each member sweeps its own passes: grad of the batch's sum, and the batch's jacfwd."""
+    ns = jnp.array([0, 1, 31, 33, 700, 3000])
+    ps = P + 0.05 * jnp.arange(6.0)[:, None]
+
+    def batch(ps):
+        return jax.vmap(lambda p, n: run(p, n))(ps, ns)
+
+    expected = jax.vmap(jax.grad(closed))(ps, ns.astype(float))
+    np.testing.assert_allclose(jax.jit(jax.grad(lambda ps: jnp.sum(batch(ps))))(ps), expected, rtol=1e-10)
+    jf = jax.jit(jax.vmap(jax.jacfwd(lambda p, n: run(p, n))))(ps, ns)
+    np.testing.assert_allclose(jf, expected, rtol=1e-10)
+
+
+def test_float32():
+    p32 = P.astype(jnp.float32)
+    g = jax.jit(jax.grad(lambda p: run(p, jnp.asarray(2500))))(p32)
+    assert g.dtype == jnp.float32
+    np.testing.assert_allclose(g, jax.grad(closed)(P, 2500.0), rtol=2e-4)
+
+
+def test_leaves_reached_only_through_the_fixed_point_are_swept():
+    """z takes its tangent from y, y from x, x from the parameter: the analysis of which carry
+    leaves carry a derivative must iterate to a fixed point, or z's cotangent is dropped (a wrong
+    gradient). A leaf computed under stop_gradient (s) carries none, and must not change the result."""
+    k = 0.01
+
+    def final_z(a, n, stop):
+        def body(c):
+            i, x, y, z, s = c
+            s_new = jax.lax.stop_gradient(x) if stop else s
+            return i + 1, x + k * (a - x), y + k * (x - y), z + k * (y - z), s_new
+
+        c0 = (jnp.zeros((), jnp.int32), *(jnp.zeros(()) for _ in range(4)))
+        return while_fast_primal(lambda c: c[0] < n, body, c0, 10_000)[3]
+
+    def reference(a, n):  # the same recurrence, unrolled by a scan of n steps (n static)
+        def step(c, _):
+            x, y, z = c
+            return (x + k * (a - x), y + k * (x - y), z + k * (y - z)), None
+
+        return jax.lax.scan(step, (0.0, 0.0, 0.0), None, length=n)[0][2]
+
+    for n in (5, 100, 2100):
+        expected = jax.grad(reference)(0.8, n)
+        for stop in (False, True):
+            g = jax.jit(jax.grad(final_z), static_argnums=2)(0.8, jnp.asarray(n), stop)
+            np.testing.assert_allclose(g, expected, rtol=1e-11, err_msg=f"n={n}, stop={stop}")
