@@ -43,11 +43,14 @@ def run(p, n, max_steps=200_000, wide=0, effect=False):
 @pytest.mark.parametrize("wide", [0, 600])
 def test_gradient_across_segments_thinning_and_cuts(wide):
     """grad and jacfwd against the closed form for trip counts around every boundary of the
-    adjoint's structure (with wide=600 the carry is 4.8 KB: buffers of 16 carries, segments of 16,
-    so 5,000 passes are cut twice)."""
-    spec_width = 16 if wide else adjoint.WIDTH_MAX
-    seg = min(spec_width, adjoint.SEGMENT)
-    ns = sorted({0, 1, seg - 1, seg, seg + 1, spec_width * seg - 1, spec_width * seg, spec_width * seg + 1, 5000})
+    adjoint's structure (with wide=600 the carry is 4.8 KB: buffers of 16 carries, segments of 16)."""
+    c0 = (jnp.zeros((), jnp.int32), P[2], jnp.zeros((wide,)))
+    spec = adjoint.LoopSpec(lambda c: c, lambda c: True, c0, 0, 0, 200_000)
+    seg, keep = spec.segment, spec.keep
+    assert spec.depth >= 1 and (wide == 0 or (spec.width, seg) == (16, 16))
+    # (segments; the checkpoint buffer's first thinning; past it, segments cut into pieces; with
+    # wide=600, 5,000 passes are cut twice)
+    ns = sorted({0, 1, seg - 1, seg, seg + 1, keep * seg - 1, keep * seg, keep * seg + 1, 2 * keep * seg + 7, 5000})
     f = jax.jit(lambda p, n: run(p, n, wide=wide))
     g = jax.jit(jax.grad(f))
     jf = jax.jit(jax.jacfwd(f))

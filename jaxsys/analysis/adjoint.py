@@ -17,24 +17,29 @@ primitives in their non-linear arguments, go through the JVP or VJP of
 **Only what can carry a derivative.** The carry leaves the adjoint sweeps are those whose tangent
 can be nonzero: the ones with a tangent at the start, and, to a fixed point, those a pass gives a
 tangent from them and from the consts with a tangent (the analysis ``lax.while_loop``'s own JVP
-makes). Step sizes under ``stop_gradient``, times and counters drop out; for an error-controlled
-pendulum this took the gradient from 23 to 15 ms.
+makes). Step sizes under ``stop_gradient``, times and counters drop out (for an error-controlled
+pendulum: 23 ms without this analysis, 15 ms with it, before the other measures below).
 
-**Checkpoints placed at run time.** The forward run keeps ``width`` carries (64 for carries up to
-1 KB, down to 16 for carries of 4 KB and more): every ``T``-th one, ``T`` starting at ``segment``
-(32) and doubling, every other checkpoint dropped, each time the buffer fills, so that they span
-whatever number of passes the run makes. The adjoint sweeps the segments from the last: a segment of
-at most ``segment`` passes is one scan whose VJP replays it; a longer one is first re-run forward,
-keeping up to ``width`` checkpoints of it, and its pieces are swept in turn. Each level of re-running
-is one more forward run of its passes: none for runs of up to ``width * segment`` passes (2,048),
-one up to ``width^2 * segment`` (131,072). Memory: ``width`` carries per level plus one segment's
-residuals, whatever ``max_steps`` is; no time goes to passes the run does not make (the bounded
-loop's scans run through, or skip, all ``max_steps``, a fixed price per entry).
+**Checkpoints placed at run time.** The forward run keeps ``keep`` carries (512 for carries up to
+128 bytes, fewer for larger ones, at least 16; ``KEEP_BYTES``): every ``T``-th one, ``T`` starting
+at ``segment`` (32) and doubling, every other checkpoint dropped, each time the buffer fills, so
+that they span whatever number of passes the run makes. The adjoint is one loop over the pieces of
+these segments from the last: a segment of at most ``segment`` passes is one piece, replayed by a
+scan's VJP; a longer one is first re-run forward keeping up to ``width`` (64 for carries up to 1 KB)
+checkpoints of it, and its pieces are swept in turn (further levels of cutting below for very long
+runs of large carries).
+Each level of re-running is one more forward run of its passes: none for runs of up to
+``keep * segment`` passes (16,384 for a small carry), one up to 64 times more. Memory: ``keep +
+width`` carries (plus ``width`` per further level) and one segment's residuals, whatever
+``max_steps`` is; no time goes to passes the run does not make (the bounded loop's scans run
+through, or skip, all ``max_steps``: a fixed price per entry).
 
-Measured on a CPU, calls interleaved (benchmarks S2a-grad, S8-grad): ``jax.grad`` through 11,700
-attempts of an error-controlled pendulum 15 ms against 21.6 ms with the bounded loop's JVP (forward
-2.4 ms); with 100 save times 28 against 42 ms; through the 29 steps of a 300-lag chain 0.65 against
-1.2 ms; ``jax.jacfwd`` 7.8 against 8.2 ms.
+Measured on this 2-core CPU, each against the bounded loop's JVP and transpose (benchmarks
+S2a-grad, S8-grad, S8h-300): ``jax.grad`` through 11,700 attempts of an error-controlled pendulum
+12.6 ms against 21.6 ms (forward 2.4 ms); with 100 save times 26.5 against 42 ms; through the 29
+steps of a 300-lag chain 0.6 against 1.1 ms (compile 3.5 against 2.9 s); through the chain of 300
+distinct leaf classes 11.5 against 21.5 ms (compile 10.7 against 10.6 s); ``jax.jacfwd`` 7.9 against
+8.2 ms.
 """
 
 from __future__ import annotations
@@ -55,13 +60,16 @@ from .loops import _has_side_effects, bounded_levels, bounded_while
 
 Array = jax.Array
 
-# Checkpoint buffers hold ``width`` carries: the largest power of two with width * carry bytes <=
-# WIDTH_BYTES, within [WIDTH_MIN, WIDTH_MAX] (the forward run's checkpoints, and the most pieces a
-# re-run segment is cut into). Measured: 64 beats 128 and 256 (14.9 / 14.5 / 18.6 ms on S2a-grad,
-# 28 / 30 / 29 ms with 100 saves).
+# The most pieces a re-run segment is cut into (``width``): the largest power of two with width *
+# carry bytes <= WIDTH_BYTES, within [WIDTH_MIN, WIDTH_MAX].
 WIDTH_BYTES = 64 * 1024
 WIDTH_MIN = 16
 WIDTH_MAX = 64
+# The forward run's checkpoints (``keep``): as many as fit in KEEP_BYTES, within [WIDTH_MIN,
+# KEEP_MAX]. Measured on S2a-grad (11,700 passes of a 100-byte carry): 512 (no re-run) 12.7 ms,
+# 256 14.2 ms, 64 14.9 ms; with 100 save times (117 passes per entry) 28.7 ms for each.
+KEEP_BYTES = 64 * 1024
+KEEP_MAX = 512
 # passes of the segments replayed by a scan's VJP (at most width; 32: 15 ms on S2a-grad, 16: 15.5 ms)
 SEGMENT = 32
 
@@ -101,10 +109,13 @@ class LoopSpec:
         while self.width < WIDTH_MAX and 2 * self.width * carry_bytes <= WIDTH_BYTES:
             self.width *= 2
         self.segment = min(self.width, SEGMENT)
+        self.keep = WIDTH_MIN
+        while self.keep < KEEP_MAX and 2 * self.keep * carry_bytes <= KEEP_BYTES:
+            self.keep *= 2
         # the same pass bound as the bounded loop (identical values on a run that reaches it)
         self.cap = int(np.prod(bounded_levels(max_steps, carry_bytes)))
         # the largest stride the forward run can reach, and the levels of cutting that bring it to width
-        t_max = self.segment * _next_pow2_int(-(-self.cap // (self.width * self.segment)))
+        t_max = self.segment * _next_pow2_int(-(-self.cap // (self.keep * self.segment)))
         depth = 0
         while self.segment * self.width**depth < t_max:
             depth += 1
@@ -134,7 +145,10 @@ class LoopSpec:
         return spec
 
     def __repr__(self) -> str:
-        return f"LoopSpec(width={self.width}, segment={self.segment}, depth={self.depth}, cap={self.cap})"
+        return (
+            f"LoopSpec(keep={self.keep}, width={self.width}, segment={self.segment}, depth={self.depth}, "
+            f"cap={self.cap})"
+        )
 
     # ----- flat helpers ------------------------------------------------------------------------------
     def step(self, cl: list[Array], bcl: list[Array]) -> list[Array]:
@@ -194,22 +208,22 @@ class LoopSpec:
 
         A loop of chunks of ``T`` passes: a checkpoint per chunk, no test or write per pass (a
         conditional per pass costs more than a small system's step)."""
-        bufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
+        bufs0 = [jnp.zeros((self.keep, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
 
         def going(cl: list[Array], n: Array) -> Array:
             return (n < self.cap) & self.going(cl, ccl)
 
         def chunk(s: Any) -> Any:
             cl, n, bufs, t, j = s
-            full = j == self.width
+            full = j == self.keep
 
             def thin(a: Any) -> Any:
                 bufs, t, j = a
-                thinned = [jnp.concatenate([b[0::2], b[self.width // 2 :]]) for b in bufs]
+                thinned = [jnp.concatenate([b[0::2], b[self.keep // 2 :]]) for b in bufs]
                 return (
                     [jnp.where(full, h, b) for h, b in zip(thinned, bufs)],
                     jnp.where(full, 2 * t, t),
-                    jnp.where(full, self.width // 2, j),
+                    jnp.where(full, self.keep // 2, j),
                 )
 
             bufs, t, j = jax.lax.cond(eqxi.unvmap_any(full), thin, lambda a: a, (bufs, t, j))
@@ -235,35 +249,34 @@ class LoopSpec:
         cl, n, bufs, t, _ = jax.lax.while_loop(lambda s: going(s[0], s[1]), chunk, init)
         return cl, n, bufs, t
 
-    def sweep(self, depth: int, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
-        """The adjoint of ``length`` passes from the carry ``start``: ``(ct at start, ct of the
-        consts)`` from ``ct`` at their end (differentiable leaves only)."""
-        if depth == 0:
-            return self.replay(start, length, ct, bcl)
-        # (a segment short enough to replay skips the levels: no buffer of pieces to fill)
-        return jax.lax.cond(
-            eqxi.unvmap_any(length > self.segment),
-            lambda a: self.cut(depth, *a),
-            lambda a: self.replay(*a),
-            (start, length, ct, bcl),
-        )
-
-    def cut(self, depth: int, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
-        """:meth:`sweep` of a segment cut into pieces: re-run forward keeping the pieces' first
-        carries, then the pieces swept from the last."""
-        # cut into at most width pieces of width * 2^q passes (the fewest re-runs below)
+    def cutting(self, depth: int, length: Array) -> tuple[Array, Array]:
+        """``(stride, pieces)``: a segment of ``length`` passes cut into at most ``width`` pieces of
+        ``segment * 2^q`` passes, short enough for ``depth - 1`` more levels of cutting (one piece,
+        not re-run, when the segment is short enough already)."""
         need = -(-length // (self.segment * self.width))
-        stride = self.segment * _next_pow2(need, self.width ** (depth - 1))
-        pieces = -(-length // stride)
-        bufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)).at[0].set(x) for x in start]
+        stride = self.segment * _next_pow2(need, self.width ** max(depth - 1, 0))
+        return stride, -(-length // stride)
+
+    def rerun(self, start: list[Array], bufs: list[Array], pieces: Array, stride: Array, bcl: list[Array]) -> Any:
+        """``bufs`` with the first carries of pieces 1, 2, ... ``pieces - 1`` (every ``stride``-th
+        pass from ``start``, re-run; nothing when ``pieces`` is 1)."""
 
         def piece(s: Any) -> Any:
             cl, i, bufs = s
             cl = jax.lax.fori_loop(0, stride, lambda _, c: self.step(c, bcl), cl)
             return cl, i + 1, [b.at[i].set(x) for b, x in zip(bufs, cl)]
 
-        # (the first carries of pieces 1, 2, ...: the passes up to the last piece's start, re-run)
-        bufs = jax.lax.while_loop(lambda s: s[1] < pieces, piece, (list(start), jnp.ones((), jnp.int32), bufs0))[2]
+        return jax.lax.while_loop(lambda s: s[1] < pieces, piece, (list(start), jnp.ones((), jnp.int32), bufs))[2]
+
+    def sweep(self, depth: int, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
+        """The adjoint of ``length`` passes from the carry ``start``: ``(ct at start, ct of the
+        consts)`` from ``ct`` at their end (differentiable leaves only); ``depth`` levels of cutting
+        below (none: one replay)."""
+        if depth <= 0:
+            return self.replay(start, length, ct, bcl)
+        stride, pieces = self.cutting(depth, length)
+        bufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)).at[0].set(x) for x in start]
+        bufs = self.rerun(start, bufs0, pieces, stride, bcl)
 
         def back(s: Any) -> Any:
             i, ct, g = s
@@ -278,15 +291,29 @@ class LoopSpec:
     def replay(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
         """The VJP of one segment of at most ``segment`` passes: a scan of ``segment`` passes whose
         JAX VJP stores every pass's residuals (measured 1.5-2x faster than a VJP per pass in a loop,
-        which recomputes each pass); the passes from ``length`` on are computed from the segment's
-        first carry and discarded by a select (or skipped by a conditional, for bodies with side
-        effects)."""
+        which recomputes each pass). A full segment (all but the run's last) runs its passes as they
+        are; a shorter one computes the passes from ``length`` on from its first carry and discards
+        them by a select (or skips them by a conditional, for bodies with side effects). Two copies
+        of the replay in the program, for selects that cost ~20% of a small system's reverse pass
+        (S2a-grad: 12.6 ms against 15.8 ms with selects in every segment; compile 1.4 s against
+        1.2 s)."""
+        return jax.lax.cond(
+            eqxi.unvmap_all(length == self.segment),
+            lambda a: self.replay_masked(*a, masked=False),
+            lambda a: self.replay_masked(*a, masked=True),
+            (start, length, ct, bcl),
+        )
+
+    def replay_masked(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array], masked: bool) -> Any:
+        """:meth:`replay` of a full segment (``masked=False``) or a shorter one."""
         nd = len(self.c_diff)
 
         def segment(d: list[Array]) -> list[Array]:
             c0, b = self.with_diff(start, bcl, d)
 
             def one(c: list[Array], i: Array) -> tuple[list[Array], None]:
+                if not masked:
+                    return self.step(c, b), None
                 go = i < length
                 arg = [jnp.where(go, x, x0) for x, x0 in zip(c, c0)]
                 if self.guarded:
@@ -305,19 +332,43 @@ class LoopSpec:
 
     def adjoint(self, res: list[Array], ct: list[Array]) -> list[Array]:
         """The discrete adjoint: ``ct`` on the final carry's differentiable leaves -> cotangents of
-        the start carry's and the consts' differentiable leaves."""
+        the start carry's and the consts' differentiable leaves.
+
+        One loop over the pieces of the forward run's segments, from the last: when the pieces of a
+        segment are used up, the segment before it is loaded (cut into pieces, re-run if it has more
+        than one), then a piece is swept. A single loop keeps one copy of the sweep (the replay, the
+        largest part of the program) and costs no loop entries per segment."""
         cl, bcl, _, bufs, n, t = self.split_res(res)
+        pbufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
 
-        def back(s: Any) -> Any:
-            j, ct, g = s
-            j = j - 1
+        def body(s: Any) -> Any:
+            j, i, pbufs, stride, length, ct, g = s
+            load = i == 0
+            j = jnp.where(load, j - 1, j)
             start = [b[j] for b in bufs]
-            ct, gj = self.sweep(self.depth, start, jnp.minimum(t, n - j * t), ct, bcl)
-            return j, ct, [a + b for a, b in zip(g, gj)]
+            new_length = jnp.minimum(t, n - j * t)
+            new_stride, new_pieces = self.cutting(self.depth, new_length)
+            length = jnp.where(load, new_length, length)
+            stride = jnp.where(load, new_stride, stride)
+            pbufs = [b.at[0].set(jnp.where(load, x, b[0])) for b, x in zip(pbufs, start)]
+            # (a conditional: an empty while loop's entry costs more, once per segment)
+            pbufs = jax.lax.cond(
+                eqxi.unvmap_any(load & (new_pieces > 1)),
+                lambda b: self.rerun(start, b, jnp.where(load, new_pieces, 1), stride, bcl),
+                lambda b: b,
+                pbufs,
+            )
+            i = jnp.where(load, new_pieces, i) - 1
+            piece = [b[i] for b in pbufs]
+            ct, gi = self.sweep(self.depth - 1, piece, jnp.minimum(stride, length - i * stride), ct, bcl)
+            return j, i, pbufs, stride, length, ct, [a + b for a, b in zip(g, gi)]
 
+        one = jnp.ones((), jnp.int32)
+        zero = jnp.zeros((), jnp.int32)
         g0 = [jnp.zeros_like(bcl[i]) for i in self.bc_diff]
-        _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, back, (-(-n // t), list(ct), g0))
-        return [*ct, *g]
+        init = (-(-n // t), zero, pbufs0, one, zero, list(ct), g0)
+        out = jax.lax.while_loop(lambda s: (s[0] > 0) | (s[1] > 0), body, init)
+        return [*out[5], *out[6]]
 
     def tangent(self, res: list[Array], lin: list[Array]) -> list[Array]:
         """The forward sensitivity: tangents of the start carry's and the consts' differentiable
