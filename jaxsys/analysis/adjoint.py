@@ -52,10 +52,15 @@ import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src.interpreters.ad import jvp_jaxpr  # (the nonzero-tangent analysis lax.while_loop's JVP uses)
 from jax.interpreters import ad
 
 from .loops import _has_side_effects, bounded_levels, bounded_while
+
+
+try:  # the nonzero-tangent analysis lax.while_loop's own JVP uses (JAX internals)
+    from jax._src.interpreters.ad import jvp_jaxpr
+except ImportError:  # pragma: no cover (another JAX: every inexact carry leaf is swept)
+    jvp_jaxpr = None
 
 
 Array = jax.Array
@@ -135,7 +140,9 @@ class LoopSpec:
         inexact = [_is_inexact(x) for x in cl]
         nz = [z and e for z, e in zip(c_nonzero, inexact)]
         bc_nz = [i in spec.bc_diff for i in range(len(bc))]
-        while True:
+        if jvp_jaxpr is None:
+            nz = inexact
+        while jvp_jaxpr is not None:
             _, out_nz = jvp_jaxpr(jaxpr, nz + bc_nz, instantiate=False)
             new = [a or (b and e) for a, b, e in zip(nz, out_nz, inexact)]
             if new == nz:
