@@ -281,20 +281,26 @@ def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[...,
     """Closure conversion with the hoisted constants packed by :func:`pack_arrays`:
     ``fn_c(*args, *consts)`` equals ``fn(*args)``.
 
-    Every array ``fn`` closes over is hoisted, integer tracers included (``jax.closure_convert``
-    keeps those closed over: a traced integer bound of a loop, under ``grad`` of a ``jit``'d
-    function, would then leak into the derivative's trace)."""
+    Every tracer ``fn`` closes over is hoisted, integer ones included (``jax.closure_convert`` keeps
+    those closed over: a traced integer bound of a loop, under ``grad`` of a ``jit``'d function,
+    would then leak into the derivative's trace); concrete constants stay closed over (compile-time
+    constants: hoisted, 300 distinct leaves' parameters ran 2x slower)."""
     flat, in_tree = jax.tree_util.tree_flatten(example)
     closed, out_shape = jax.make_jaxpr(lambda *a: fn(*jax.tree_util.tree_unflatten(in_tree, a)), return_shape=True)(
         *flat
     )
     out_tree = jax.tree_util.tree_structure(out_shape)
-    packed, unpack = pack_arrays([jnp.asarray(c) for c in closed.consts])
+    # (concrete constants stay closed over, compile-time constants XLA can fold; tracers are hoisted)
+    consts = list(closed.consts)
+    traced = [i for i, c in enumerate(consts) if isinstance(c, jax.core.Tracer)]
+    packed, unpack = pack_arrays([consts[i] for i in traced])
     n = len(packed)
 
     def fn_p(*args: Any) -> Any:
-        consts = unpack(list(args[len(args) - n :]))
-        out = jax.core.eval_jaxpr(closed.jaxpr, consts, *jax.tree_util.tree_leaves(args[: len(args) - n]))
+        all_consts = list(consts)
+        for i, v in zip(traced, unpack(list(args[len(args) - n :]))):
+            all_consts[i] = v
+        out = jax.core.eval_jaxpr(closed.jaxpr, all_consts, *jax.tree_util.tree_leaves(args[: len(args) - n]))
         return jax.tree_util.tree_unflatten(out_tree, out)
 
     return fn_p, packed
