@@ -439,25 +439,39 @@ def _tangent_abstract(*args: Any, spec: LoopSpec) -> list[Any]:
     return [_aval(cl[i]) for i in spec.c_diff]
 
 
-def _tangent_jvp(primals: Any, tangents: Any, *, spec: LoopSpec) -> Any:
-    res, lin = list(primals[: spec.n_res]), list(primals[spec.n_res :])
-    dres, dlin = list(tangents[: spec.n_res]), list(tangents[spec.n_res :])
-    out = loop_tangent_p.bind(*primals, spec=spec)
-    dlin = [_zeros(t, _aval(x)) for t, x in zip(dlin, lin)]
-    d_core = spec.res_diff(dres)
-    if all(_is_zero(t) for t in d_core):
-        # linear in its linear arguments
-        return out, loop_tangent_p.bind(*res, *dlin, spec=spec)
+def _linear_jvp(primitive: Callable[[], Any], second_order: Callable[..., list[Array]]) -> Callable[..., Any]:
+    """The JVP rule of a primitive linear in its last arguments ``x`` (the tangent or cotangent
+    moved through the loop): the primitive itself on their tangents while the residuals' start carry
+    and consts have none; otherwise (second order) the JVP of ``second_order(spec, res, core, x)``,
+    the same map through the bounded loop, in ``core`` (start carry and consts) and ``x``."""
 
-    # second order: the tangent map of the bounded loop, differentiated in (start, consts) too
-    core = spec.res_diff(res)
-    d_core = [_zeros(t, _aval(x)) for t, x in zip(d_core, core)]
+    def rule(primals: Any, tangents: Any, *, spec: LoopSpec) -> Any:
+        prim = primitive()  # (defined below, with this rule)
+        res, x = list(primals[: spec.n_res]), list(primals[spec.n_res :])
+        dres, dx = list(tangents[: spec.n_res]), list(tangents[spec.n_res :])
+        out = prim.bind(*primals, spec=spec)
+        dx = [_zeros(t, _aval(v)) for t, v in zip(dx, x)]
+        d_core = spec.res_diff(dres)
+        if all(_is_zero(t) for t in d_core):
+            return out, prim.bind(*res, *dx, spec=spec)
+        core = spec.res_diff(res)
+        d_core = [_zeros(t, _aval(v)) for t, v in zip(d_core, core)]
 
-    def f(core: list[Array], lin: list[Array]) -> list[Array]:
-        res2 = _with_res_diff(spec, res, core)
-        return jax.jvp(lambda d: spec.bounded_diff(res2, d), (core,), (lin,))[1]
+        def f(core: list[Array], x: list[Array]) -> list[Array]:
+            return second_order(spec, _with_res_diff(spec, res, core), core, x)
 
-    return out, jax.jvp(f, (core, lin), (d_core, dlin))[1]
+        return out, jax.jvp(f, (core, x), (d_core, dx))[1]
+
+    return rule
+
+
+def _bounded_tangent(spec: LoopSpec, res: list[Array], core: list[Array], lin: list[Array]) -> list[Array]:
+    return jax.jvp(lambda d: spec.bounded_diff(res, d), (core,), (lin,))[1]
+
+
+def _bounded_adjoint(spec: LoopSpec, res: list[Array], core: list[Array], ct: list[Array]) -> list[Array]:
+    _, vjp = jax.vjp(lambda d: spec.bounded_diff(res, d), core)
+    return list(vjp(ct)[0])
 
 
 def _tangent_transpose(cts: Any, *args: Any, spec: LoopSpec) -> list[Any]:
@@ -480,26 +494,6 @@ def _adjoint_abstract(*args: Any, spec: LoopSpec) -> list[Any]:
     return [_aval(x) for x in spec.res_diff(list(args[: spec.n_res]))]
 
 
-def _adjoint_jvp(primals: Any, tangents: Any, *, spec: LoopSpec) -> Any:
-    res, ct = list(primals[: spec.n_res]), list(primals[spec.n_res :])
-    dres, dct = list(tangents[: spec.n_res]), list(tangents[spec.n_res :])
-    out = loop_adjoint_p.bind(*primals, spec=spec)
-    dct = [_zeros(t, _aval(x)) for t, x in zip(dct, ct)]
-    d_core = spec.res_diff(dres)
-    if all(_is_zero(t) for t in d_core):
-        return out, loop_adjoint_p.bind(*res, *dct, spec=spec)
-
-    core = spec.res_diff(res)
-    d_core = [_zeros(t, _aval(x)) for t, x in zip(d_core, core)]
-
-    def g(core: list[Array], ct: list[Array]) -> list[Array]:
-        res2 = _with_res_diff(spec, res, core)
-        _, vjp = jax.vjp(lambda d: spec.bounded_diff(res2, d), core)
-        return list(vjp(ct)[0])
-
-    return out, jax.jvp(g, (core, ct), (d_core, dct))[1]
-
-
 def _adjoint_transpose(cts: Any, *args: Any, spec: LoopSpec) -> list[Any]:
     res = list(args[: spec.n_res])
     ct = args[spec.n_res :]
@@ -517,10 +511,18 @@ def _with_res_diff(spec: LoopSpec, res: list[Any], core: list[Any]) -> list[Any]
 
 
 loop_tangent_p = eqxi.create_vprim(
-    "jaxsys_loop_tangent", _tangent_impl, _tangent_abstract, _tangent_jvp, _tangent_transpose
+    "jaxsys_loop_tangent",
+    _tangent_impl,
+    _tangent_abstract,
+    _linear_jvp(lambda: loop_tangent_p, _bounded_tangent),
+    _tangent_transpose,
 )
 loop_adjoint_p = eqxi.create_vprim(
-    "jaxsys_loop_adjoint", _adjoint_impl, _adjoint_abstract, _adjoint_jvp, _adjoint_transpose
+    "jaxsys_loop_adjoint",
+    _adjoint_impl,
+    _adjoint_abstract,
+    _linear_jvp(lambda: loop_adjoint_p, _bounded_adjoint),
+    _adjoint_transpose,
 )
 
 
