@@ -93,6 +93,11 @@ def test_float32():
     g = jax.jit(jax.grad(lambda p: run(p, jnp.asarray(2500))))(p32)
     assert g.dtype == jnp.float32
     np.testing.assert_allclose(g, jax.grad(closed)(P, 2500.0), rtol=2e-4)
+    # batched, with different trip counts, still in float32
+    ns = jnp.array([7, 2500])
+    gv = jax.jit(jax.vmap(jax.grad(lambda p, n: run(p, n))))(jnp.stack([p32, p32]), ns)
+    assert gv.dtype == jnp.float32
+    np.testing.assert_allclose(gv, jax.vmap(jax.grad(closed))(jnp.stack([P, P]), ns.astype(float)), rtol=2e-4)
 
 
 def test_leaves_reached_only_through_the_fixed_point_are_swept():

@@ -67,14 +67,21 @@ def test_vmap_with_different_trip_counts_and_grad_of_the_sum():
     np.testing.assert_allclose(g, jax.vmap(jax.grad(closed))(ps, ns.astype(float)), rtol=1e-11)
 
 
-def test_the_fast_primal_loop_differentiates_through_the_bounded_loop():
+@pytest.mark.parametrize("reverse", ["adjoint", "bounded"])
+def test_the_fast_primal_loop_differentiates_by_either_rule(reverse):
+    """while_fast_primal's default rule (the discrete adjoint, jaxsys.analysis.adjoint) and the
+    bounded loop's JVP kept for comparison give the closed-form gradient."""
+
+    def loop(*args):
+        return while_fast_primal(*args, reverse=reverse)
+
     n = jnp.asarray(100)
-    f = jax.jit(lambda p: run(p, n, 1000, loop=while_fast_primal))
+    f = jax.jit(lambda p: run(p, n, 1000, loop=loop))
     np.testing.assert_allclose(f(P), closed(P, 100), rtol=1e-13)
     np.testing.assert_allclose(jax.jit(jax.grad(f))(P), jax.grad(closed)(P, 100.0), rtol=1e-11)
     # in float32 too: the same loop, one precision down
     p32 = P.astype(jnp.float32)
-    g32 = jax.grad(lambda p: run(p, n, 1000, loop=while_fast_primal))(p32)
+    g32 = jax.grad(lambda p: run(p, n, 1000, loop=loop))(p32)
     assert g32.dtype == jnp.float32
     np.testing.assert_allclose(g32, jax.grad(closed)(P, 100.0), rtol=2e-4)
 
