@@ -23,23 +23,27 @@ pendulum: 23 ms without this analysis, 15 ms with it, before the other measures 
 **Checkpoints placed at run time.** The forward run keeps ``keep`` carries (512 for carries up to
 128 bytes, fewer for larger ones, at least 16; ``KEEP_BYTES``): every ``T``-th one, ``T`` starting
 at ``segment`` (32) and doubling, every other checkpoint dropped, each time the buffer fills, so
-that they span whatever number of passes the run makes. The adjoint is one loop over the pieces of
-these segments from the last: a segment of at most ``segment`` passes is one piece, replayed by a
-scan's VJP; a longer one is first re-run forward keeping up to ``width`` (64 for carries up to 1 KB)
-checkpoints of it, and its pieces are swept in turn (further levels of cutting below for very long
-runs of large carries).
+that they span whatever number of passes the run makes. The adjoint sweeps these segments from the
+last: a segment of at most ``segment`` passes is replayed by a scan's VJP; a longer one is first
+re-run forward keeping up to ``width`` (64 for carries up to 1 KB) checkpoints of it, and its pieces
+are swept in turn (further levels of cutting below for very long runs of large carries). A run short
+enough for its checkpoints to be ``segment`` apart (the common case) is swept by one loop over them,
+without a conditional or a loop entry per segment: on a CPU such control flow per segment, or a
+select or conditional that passes the checkpoint buffers through, costs as much as a large part of
+the sweep itself.
 Each level of re-running is one more forward run of its passes: none for runs of up to
 ``keep * segment`` passes (16,384 for a small carry), one up to 64 times more. Memory: ``keep +
 width`` carries (plus ``width`` per further level) and one segment's residuals, whatever
 ``max_steps`` is; no time goes to passes the run does not make (the bounded loop's scans run
 through, or skip, all ``max_steps``: a fixed price per entry).
 
-Measured on this 2-core CPU, each against the bounded loop's JVP and transpose (benchmarks
-S2a-grad, S8-grad, S8h-300): ``jax.grad`` through 11,700 attempts of an error-controlled pendulum
-12.6 ms against 21.6 ms (forward 2.4 ms); with 100 save times 26.5 against 42 ms; through the 29
-steps of a 300-lag chain 0.6 against 1.1 ms (compile 3.5 against 2.9 s); through the chain of 300
-distinct leaf classes 11.5 against 21.5 ms (compile 10.7 against 10.6 s); ``jax.jacfwd`` 7.9 against
-8.2 ms.
+Measured on this 2-core CPU (benchmarks S2a-grad, S8-grad, S8h-300; calls interleaved), ``jax.grad``
+through 11,700 attempts of an error-controlled pendulum: 10.7 ms, 4.5x its 2.4 ms forward run (the
+bounded loop's JVP and transpose: 21.6 ms; this module's first version: 12.9 ms); through 50,000
+attempts (re-run once): 60 ms, 5.5x (68 ms); with 100 save times 26.5 ms (42 ms; the saving loop
+itself is still the bounded loop); through the 29 steps of a 300-lag chain 0.61 ms against Diffrax's
+0.76 ms (compile 3.2 s); through the chain of 300 distinct leaf classes 12.8 ms (compile 11.5 s);
+``jax.jacfwd`` 7.9 against 8.2 ms.
 """
 
 from __future__ import annotations
@@ -210,11 +214,14 @@ class LoopSpec:
         return list(bounded_while(cond, body, list(cl), self.max_steps))
 
     def checkpointed(self, cl: list[Array], bcl: list[Array], ccl: list[Array]) -> tuple[Any, ...]:
-        """The loop, keeping every ``T``-th carry in a buffer of ``width`` (``T`` doubles, every other
+        """The loop, keeping every ``T``-th carry in a buffer of ``keep`` (``T`` doubles, every other
         checkpoint dropped, when the buffer is full): ``(final carry, passes, buffers, T)``.
 
         A loop of chunks of ``T`` passes: a checkpoint per chunk, no test or write per pass (a
-        conditional per pass costs more than a small system's step)."""
+        conditional per pass costs more than a small system's step). The chunks run until the buffer
+        is full; a loop that runs only when the run goes on then thins it and fills it again (a
+        conditional or a select of the buffers per chunk or per entry copies them: 0.8 ms of
+        S2a-grad's 3.7 ms forward run, or 50 KB per entry of a saving loop's inner runs)."""
         bufs0 = [jnp.zeros((self.keep, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
 
         def going(cl: list[Array], n: Array) -> Array:
@@ -222,19 +229,7 @@ class LoopSpec:
 
         def chunk(s: Any) -> Any:
             cl, n, bufs, t, j = s
-            full = j == self.keep
-
-            def thin(a: Any) -> Any:
-                bufs, t, j = a
-                thinned = [jnp.concatenate([b[0::2], b[self.keep // 2 :]]) for b in bufs]
-                return (
-                    [jnp.where(full, h, b) for h, b in zip(thinned, bufs)],
-                    jnp.where(full, 2 * t, t),
-                    jnp.where(full, self.keep // 2, j),
-                )
-
-            bufs, t, j = jax.lax.cond(eqxi.unvmap_any(full), thin, lambda a: a, (bufs, t, j))
-            bufs = [b.at[j].set(x) for b, x in zip(bufs, cl)]
+            bufs = [_put(b, j, x) for b, x in zip(bufs, cl)]
             end = n + t
 
             def cond(s: Any) -> Any:
@@ -246,6 +241,15 @@ class LoopSpec:
             cl, n = jax.lax.while_loop(cond, body, (cl, n))
             return cl, n, bufs, t, j + 1
 
+        def fill(s: Any) -> Any:
+            return jax.lax.while_loop(lambda s: (s[4] < self.keep) & going(s[0], s[1]), chunk, s)
+
+        def thin(s: Any) -> Any:
+            # (entered only with the buffer full: a run that goes on past keep * T passes)
+            cl, n, bufs, t, j = s
+            bufs = [jnp.concatenate([b[0::2], b[self.keep // 2 :]]) for b in bufs]
+            return fill((cl, n, bufs, 2 * t, jnp.full_like(j, self.keep // 2)))
+
         init = (
             list(cl),
             jnp.zeros((), jnp.int32),
@@ -253,7 +257,7 @@ class LoopSpec:
             jnp.asarray(self.segment, jnp.int32),
             jnp.zeros((), jnp.int32),
         )
-        cl, n, bufs, t, _ = jax.lax.while_loop(lambda s: going(s[0], s[1]), chunk, init)
+        cl, n, bufs, t, _ = jax.lax.while_loop(lambda s: going(s[0], s[1]), thin, fill(init))
         return cl, n, bufs, t
 
     def cutting(self, depth: int, length: Array) -> tuple[Array, Array]:
@@ -271,7 +275,7 @@ class LoopSpec:
         def piece(s: Any) -> Any:
             cl, i, bufs = s
             cl = jax.lax.fori_loop(0, stride, lambda _, c: self.step(c, bcl), cl)
-            return cl, i + 1, [b.at[i].set(x) for b, x in zip(bufs, cl)]
+            return cl, i + 1, [_put(b, i, x) for b, x in zip(bufs, cl)]
 
         return jax.lax.while_loop(lambda s: s[1] < pieces, piece, (list(start), jnp.ones((), jnp.int32), bufs))[2]
 
@@ -280,7 +284,7 @@ class LoopSpec:
         consts)`` from ``ct`` at their end (differentiable leaves only); ``depth`` levels of cutting
         below (none: one replay)."""
         if depth <= 0:
-            return self.replay(start, length, ct, bcl)
+            return self.replay_any(start, length, ct, bcl)
         stride, pieces = self.cutting(depth, length)
         bufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)).at[0].set(x) for x in start]
         bufs = self.rerun(start, bufs0, pieces, stride, bcl)
@@ -295,24 +299,23 @@ class LoopSpec:
         _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, back, (pieces, ct, g0))
         return ct, g
 
-    def replay(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
-        """The VJP of one segment of at most ``segment`` passes: a scan of ``segment`` passes whose
-        JAX VJP stores every pass's residuals (measured 1.5-2x faster than a VJP per pass in a loop,
-        which recomputes each pass). A full segment (all but the run's last) runs its passes as they
-        are; a shorter one computes the passes from ``length`` on from its first carry and discards
-        them by a select (or skips them by a conditional, for bodies with side effects). Two copies
-        of the replay in the program, for selects that cost ~20% of a small system's reverse pass
-        (S2a-grad: 12.6 ms against 15.8 ms with selects in every segment; compile 1.4 s against
-        1.2 s)."""
+    def replay_any(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
+        """:meth:`replay` of a segment, full or not (a conditional: under ``vmap``, full only when
+        every member's is)."""
         return jax.lax.cond(
             eqxi.unvmap_all(length == self.segment),
-            lambda a: self.replay_masked(*a, masked=False),
-            lambda a: self.replay_masked(*a, masked=True),
+            lambda a: self.replay(*a, masked=False),
+            lambda a: self.replay(*a, masked=True),
             (start, length, ct, bcl),
         )
 
-    def replay_masked(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array], masked: bool) -> Any:
-        """:meth:`replay` of a full segment (``masked=False``) or a shorter one."""
+    def replay(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array], masked: bool = True) -> Any:
+        """The VJP of one segment of at most ``segment`` passes from the carry ``start``: a scan of
+        ``segment`` passes whose JAX VJP stores every pass's residuals (measured 1.5-2x faster than a
+        VJP per pass in a loop, which recomputes each pass). ``masked=False``: a full segment, its
+        passes as they are; otherwise the passes from ``length`` on are computed from the first carry
+        and discarded by a select (skipped by a conditional, for bodies with side effects), which costs
+        ~20% of a small system's reverse pass."""
         nd = len(self.c_diff)
 
         def segment(d: list[Array]) -> list[Array]:
@@ -341,41 +344,53 @@ class LoopSpec:
         """The discrete adjoint: ``ct`` on the final carry's differentiable leaves -> cotangents of
         the start carry's and the consts' differentiable leaves.
 
-        One loop over the pieces of the forward run's segments, from the last: when the pieces of a
-        segment are used up, the segment before it is loaded (cut into pieces, re-run if it has more
-        than one), then a piece is swept. A single loop keeps one copy of the sweep (the replay, the
-        largest part of the program) and costs no loop entries per segment."""
+        Two nested loops, from the run's end: the outer one over the forward run's segments of ``T``
+        passes, each re-run (:meth:`rerun`) to checkpoint its pieces; the inner one over those pieces,
+        each swept (:meth:`sweep`). While ``T`` is still ``segment`` (runs of up to ``keep *
+        segment`` passes: 16,384 for a small carry) nothing is re-run: one outer pass, whose inner
+        loop sweeps the forward run's own segments, the last one masked, the others full. One copy
+        of the sweep in the program (the replay, its largest part) and no conditional or loop entry
+        per segment (S2a-grad: 11 ms; 15 ms with a conditional per segment in one flattened loop)."""
         cl, bcl, _, bufs, n, t = self.split_res(res)
+        g0 = [jnp.zeros_like(bcl[i]) for i in self.bc_diff]
+        n_seg = -(-n // t)
+        # (no levels of cutting: T never grows past ``segment``; under vmap, re-run unless no member
+        # needs it)
+        plain = True if self.depth == 0 else eqxi.unvmap_all(t == self.segment)
         pbufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
 
-        def body(s: Any) -> Any:
-            j, i, pbufs, stride, length, ct, g = s
-            load = i == 0
-            j = jnp.where(load, j - 1, j)
-            start = [b[j] for b in bufs]
-            new_length = jnp.minimum(t, n - j * t)
-            new_stride, new_pieces = self.cutting(self.depth, new_length)
-            length = jnp.where(load, new_length, length)
-            stride = jnp.where(load, new_stride, stride)
-            pbufs = [b.at[0].set(jnp.where(load, x, b[0])) for b, x in zip(pbufs, start)]
-            # (a conditional: an empty while loop's entry costs more, once per segment)
-            pbufs = jax.lax.cond(
-                eqxi.unvmap_any(load & (new_pieces > 1)),
-                lambda b: self.rerun(start, b, jnp.where(load, new_pieces, 1), stride, bcl),
-                lambda b: b,
-                pbufs,
-            )
-            i = jnp.where(load, new_pieces, i) - 1
-            piece = [b[i] for b in pbufs]
-            ct, gi = self.sweep(self.depth - 1, piece, jnp.minimum(stride, length - i * stride), ct, bcl)
-            return j, i, pbufs, stride, length, ct, [a + b for a, b in zip(g, gi)]
+        def outer(s: Any) -> Any:
+            k, ct, g = s
+            k = k - 1
+            length = jnp.where(plain, n, jnp.minimum(t, n - k * t))
+            stride, pieces = self.cutting(self.depth, length)
+            stride = jnp.where(plain, self.segment, stride)
+            pieces = jnp.where(plain, n_seg, pieces)
+            cps = bufs
+            if self.depth > 0:
+                # (the segment's first carry, then its other pieces' re-run; none while plain)
+                start = [b[k] for b in bufs]
+                cps = [_put(b, 0, x) for b, x in zip(pbufs0, start)]
+                cps = self.rerun(start, cps, jnp.where(plain, 1, pieces), stride, bcl)
 
-        one = jnp.ones((), jnp.int32)
-        zero = jnp.zeros((), jnp.int32)
-        g0 = [jnp.zeros_like(bcl[i]) for i in self.bc_diff]
-        init = (-(-n // t), zero, pbufs0, one, zero, list(ct), g0)
-        out = jax.lax.while_loop(lambda s: (s[0] > 0) | (s[1] > 0), body, init)
-        return [*out[5], *out[6]]
+            def inner(s: Any) -> Any:
+                i, ct, g = s
+                i = i - 1
+                # (plain: the forward run's own segments)
+                piece = (
+                    [b[i] for b in bufs]
+                    if self.depth == 0
+                    else [jnp.where(plain, b[i], c[i]) for b, c in zip(bufs, cps)]
+                )
+                ct, gi = self.sweep(self.depth - 1, piece, jnp.minimum(stride, length - i * stride), ct, bcl)
+                return i, ct, [a + b for a, b in zip(g, gi)]
+
+            _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, inner, (pieces, ct, g))
+            return k, ct, g
+
+        n_outer = jnp.where(plain, jnp.minimum(n_seg, 1), n_seg)
+        _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, outer, (n_outer, list(ct), g0))
+        return [*ct, *g]
 
     def tangent(self, res: list[Array], lin: list[Array]) -> list[Array]:
         """The forward sensitivity: tangents of the start carry's and the consts' differentiable
@@ -399,6 +414,12 @@ class LoopSpec:
     def res_diff(self, res: list[Any]) -> list[Any]:
         cl, bcl, _, _, _, _ = self.split_res(res)
         return self.diff_of(cl, bcl)
+
+
+def _put(buf: Array, i: Any, x: Array) -> Array:
+    """``buf`` with row ``i`` set to ``x`` (``i`` in bounds): a plain dynamic update, without the
+    bounds guard of ``buf.at[i].set(x)``."""
+    return jax.lax.dynamic_update_index_in_dim(buf, x, i, 0)
 
 
 def _next_pow2_int(n: int) -> int:
