@@ -13,7 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxsys.analysis.loops import _has_side_effects, bounded_levels, bounded_while, while_fast_primal
+from jaxsys.analysis.loops import (
+    _has_side_effects,
+    bounded_levels,
+    bounded_while,
+    pack_arrays,
+    while_fast_primal,
+    while_with_writes_fast_primal,
+)
 
 
 H = 0.01
@@ -135,3 +142,68 @@ def test_finished_passes_never_meet_infinite_partials(dtype):
     qs = jnp.stack([q, jnp.array([1.3, 1.08], dtype)])
     g = jax.jit(jax.vmap(jax.grad(final)))(qs)
     np.testing.assert_allclose(g, jax.vmap(jax.grad(closed))(qs.astype(jnp.float64)), rtol=rtol)
+
+
+def run_writing(p, n, max_steps, rows):
+    """The relaxation run as a saving loop: pass i writes x_i^2 (after its step) to row i; the
+    buffer has ``rows`` rows (>= max_steps), those past the n passes keep their initial ones."""
+    a, b = p[0], p[1]
+
+    def body(c):
+        i, x = c
+        x = x + H * (a - b * x)
+        return (i + 1, x), [(i, x**2, jnp.array(True))]
+
+    buf0 = jnp.full((rows,), 7.0, p.dtype)
+    (_, x), buf = while_with_writes_fast_primal(
+        lambda c: c[0] < n, body, (jnp.zeros((), jnp.int32), p[2]), buf0, max_steps
+    )
+    return x, buf
+
+
+def closed_writing(p, n, rows):
+    i = jnp.arange(rows)
+    return jnp.where(i < n, closed(p, i + 1) ** 2, 7.0)
+
+
+@pytest.mark.parametrize("max_steps", [40, 300])
+def test_the_saving_loop_differentiates_through_its_writes(max_steps):
+    """grad and jacfwd of the written rows (and of the final carry) against the closed form, for
+    passes in one scan (40) and in recomputed blocks (300 > WRITES_UNBLOCKED), with trip counts
+    that stop short of max_steps, reach it, and write nothing; under vmap with different counts."""
+    weights = jnp.linspace(0.5, 1.5, max_steps)
+
+    def loss(p, n):
+        x, buf = run_writing(p, n, max_steps, max_steps)
+        return jnp.sum(weights * buf) + x
+
+    def exact(p, n):
+        return jnp.sum(weights * closed_writing(p, n, max_steps)) + closed(p, n)
+
+    g, jf = jax.jit(jax.grad(loss)), jax.jit(jax.jacfwd(lambda p, n: run_writing(p, n, max_steps, max_steps)[1]))
+    for n in (0, 1, 17, max_steps):
+        nn = jnp.asarray(n)
+        np.testing.assert_allclose(jax.jit(loss)(P, nn), exact(P, n), rtol=1e-12, err_msg=f"n={n}")
+        np.testing.assert_allclose(g(P, nn), jax.grad(exact)(P, n), rtol=1e-10, err_msg=f"grad n={n}")
+        np.testing.assert_allclose(jf(P, nn), jax.jacfwd(closed_writing)(P, n, max_steps), rtol=1e-10, atol=1e-14)
+    ns = jnp.array([0, 5, max_steps - 3, max_steps])
+    ps = P + 0.01 * jnp.arange(4.0)[:, None]
+    gv = jax.jit(jax.grad(lambda ps: jnp.sum(jax.vmap(loss)(ps, ns))))(ps)
+    np.testing.assert_allclose(gv, jax.vmap(jax.grad(exact))(ps, ns), rtol=1e-10)
+
+
+def test_consts_with_and_without_a_tangent_are_packed_apart():
+    """pack_arrays keeps a tangent-carrying group apart; the tangents of each group pack alike, a
+    group of symbolic zeros to a symbolic zero; unpack inverts pack."""
+    arrays = [jnp.full((k % 3 + 1,), k, jnp.float64) for k in range(10)]
+    keys = [k % 2 == 0 for k in range(10)]
+    vectors, unpack, pack = pack_arrays(arrays, keys)
+    assert len(vectors) == 2
+    for a, b in zip(unpack(vectors), arrays):
+        np.testing.assert_array_equal(a, b)
+    zero = jax.custom_derivatives.SymbolicZero
+    tangents = [zero(jax.typeof(a)) if keys[k] else 2 * a for k, a in enumerate(arrays)]
+    packed = pack(tangents)
+    assert sum(isinstance(t, zero) for t in packed) == 1
+    (dense,) = [t for t in packed if not isinstance(t, zero)]
+    np.testing.assert_array_equal(dense, 2 * jnp.concatenate([a for k, a in enumerate(arrays) if not keys[k]]))

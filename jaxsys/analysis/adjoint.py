@@ -601,13 +601,14 @@ def _tangent_of(
     dbc: list[Any],
 ) -> list[Any]:
     """The tangent of the loop's final carry (a list of leaves: ``loop_tangent`` for the leaves
-    that can carry one, zeros or float0 for the others) from the start's and the consts' tangents."""
+    that can carry one, symbolic zeros for the others, so that an enclosing loop's analysis sees
+    them as such) from the start's and the consts' tangents."""
 
     def nonzero(d: Any) -> bool:
         return not _is_symbolic_zero(d) and jnp.result_type(d) != jax.dtypes.float0
 
     spec = base.analysed(cl, bc, [nonzero(d) for d in dcl], [nonzero(d) for d in dbc])
-    d_out = [_zero_tangent(x) for x in cl]
+    d_out = [_symbolic_zero(x) for x in cl]
     if spec.c_diff:
         lin = [dcl[i] for i in spec.c_diff] + [dbc[i] for i in spec.bc_diff]
         lin = [
@@ -623,6 +624,11 @@ def _zero_tangent(x: Any) -> Any:
     if _is_inexact(x):
         return jnp.zeros(jnp.shape(x), jnp.result_type(x))
     return np.zeros(jnp.shape(x), jax.dtypes.float0)
+
+
+def _symbolic_zero(x: Any) -> Any:
+    """A symbolic zero tangent for ``x`` (a custom_jvp rule may return one)."""
+    return jax.custom_derivatives.SymbolicZero(jax.typeof(x).to_tangent_aval())
 
 
 def _is_symbolic_zero(x: Any) -> bool:

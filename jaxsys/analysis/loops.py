@@ -189,25 +189,32 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: 
     body, so values are identical. Closed-over arrays become explicit arguments
     (:func:`packed_closure`) so that derivatives with respect to them are seen.
     """
-    body_c, body_consts = packed_closure(body, init)
-    cond_c, cond_consts = packed_closure(cond, init)
-
-    def bounded(c0: Any, bc: Any, cc: Any) -> Any:
-        # (traced only when differentiated; its side-effect check replays body_c's jaxpr, no second
-        # trace of the systems)
-        return bounded_while(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0, max_steps)
+    body_c, body_consts = closure(body, init)
+    cond_c, cond_consts = closure(cond, init)
 
     @jax.custom_jvp
     def run(c0: Any, bc: Any, cc: Any) -> Any:
-        # (the body's own condition bounds the attempts: no extra step counter)
-        return jax.lax.while_loop(lambda c: cond_c(c, *cc), lambda c: body_c(c, *bc), c0)
+        # (the consts packed here, inside: their tangents are known apart in the rule; the body's own
+        # condition bounds the attempts: no extra step counter)
+        body_p, bp, _ = packed(body_c, list(bc))
+        cond_p, cp, _ = packed(cond_c, list(cc))
+        return jax.lax.while_loop(lambda c: cond_p(c, *cp), lambda c: body_p(c, *bp), c0)
 
     def run_jvp(primals: Any, tangents: Any) -> Any:
+        c0, bc, cc = primals
+        body_p, bp, dbp = packed(body_c, list(bc), list(tangents[1]))
+        cond_p, cp, dcp = packed(cond_c, list(cc), list(tangents[2]))
         if reverse == "adjoint":
             from .adjoint import loop_jvp  # (adjoint builds on this module)
 
-            return loop_jvp(body_c, cond_c, primals, tangents, max_steps)
-        return jax.jvp(bounded, primals, _materialize(primals, tangents))
+            primals = (c0, tuple(bp), tuple(cp))
+            return loop_jvp(body_p, cond_p, primals, (tangents[0], tuple(dbp), tuple(dcp)), max_steps)
+
+        def bounded(c0: Any, bp: Any, cp: Any) -> Any:
+            return bounded_while(lambda c: cond_p(c, *cp), lambda c: body_p(c, *bp), c0, max_steps)
+
+        primals = (c0, tuple(bp), tuple(cp))
+        return jax.jvp(bounded, primals, _materialize(primals, (tangents[0], tuple(dbp), tuple(dcp))))
 
     run.defjvp(run_jvp, symbolic_zeros=True)
 
@@ -234,35 +241,50 @@ _PACK_MAX_SIZE = 4096
 _PACK_MIN_COUNT = 8
 
 
-def pack_arrays(arrays: list[Array]) -> tuple[list[Array], Callable[[list[Array]], list[Array]]]:
-    """Pack many small arrays into one flat vector per dtype; returns (packed, unpack).
+def pack_arrays(
+    arrays: list[Array], keys: list[Any] | None = None
+) -> tuple[list[Array], Callable[[list[Array]], list[Array]], Callable[[list[Any]], list[Any]]]:
+    """Pack many small arrays into one flat vector per dtype (and per ``keys[i]``, when given);
+    returns ``(packed, unpack, pack)``: ``pack(values)`` packs another list laid out like ``arrays``
+    (their tangents, say) the same way, a group of symbolic zeros into a symbolic zero.
 
     A loop body that closes over hundreds of small arrays (the per-leaf parameters of a diagram of
     distinct leaves) makes every one of them an element of the loop's carried tuple, and XLA's CPU
     runtime pays per element and per iteration. Packed, the loop carries a few vectors and the body
     takes static slices of them (which fuse into their users). Arrays with more than
     ``_PACK_MAX_SIZE`` elements, and lists of fewer than ``_PACK_MIN_COUNT`` small arrays, are kept.
+    ``keys`` keeps apart arrays that must stay apart: those with a tangent and those without (packed
+    together, a derivative's analysis would see a tangent on all of them).
     """
+    keys = [None] * len(arrays) if keys is None else list(keys)
     # (weak-typed constants are kept as they are: a slice of a packed vector would not be weak)
     small = [i for i, a in enumerate(arrays) if a.size <= _PACK_MAX_SIZE and not getattr(a, "weak_type", False)]
     if len(small) < _PACK_MIN_COUNT:
-        return list(arrays), list
-    by_dtype: dict[Any, list[int]] = {}
+        return list(arrays), list, list
+    groups: dict[Any, list[int]] = {}
     for i in small:
-        by_dtype.setdefault(jnp.result_type(arrays[i]), []).append(i)
+        groups.setdefault((jnp.result_type(arrays[i]), keys[i]), []).append(i)
     small_set = set(small)
     keep = [i for i in range(len(arrays)) if i not in small_set]
-    packed = [arrays[i] for i in keep]
     where: dict[int, tuple[int, int, int]] = {}  # index -> (packed vector, offset, size)
-    for idx in by_dtype.values():
-        k = len(packed)
+    for k, idx in enumerate(groups.values()):
         off = 0
         for i in idx:
-            where[i] = (k, off, arrays[i].size)
+            where[i] = (len(keep) + k, off, arrays[i].size)
             off += arrays[i].size
-        packed.append(jnp.concatenate([jnp.ravel(arrays[i]) for i in idx]))
     shapes = [a.shape for a in arrays]
     kept_at = {i: j for j, i in enumerate(keep)}
+
+    def pack(values: list[Any]) -> list[Any]:
+        out = [values[i] for i in keep]
+        for (dtype, _), idx in groups.items():
+            if all(_is_symbolic_zero(values[i]) for i in idx):
+                size = sum(arrays[i].size for i in idx)
+                out.append(jax.custom_derivatives.SymbolicZero(jax.core.ShapedArray((size,), dtype)))
+            else:
+                parts = [jnp.zeros(shapes[i], dtype) if _is_symbolic_zero(values[i]) else values[i] for i in idx]
+                out.append(jnp.concatenate([jnp.ravel(v) for v in parts]))
+        return out
 
     def unpack(vectors: list[Array]) -> list[Array]:
         out = []
@@ -274,12 +296,15 @@ def pack_arrays(arrays: list[Array]) -> tuple[list[Array], Callable[[list[Array]
                 out.append(jax.lax.slice(vectors[k], (off,), (off + n,)).reshape(shape))
         return out
 
-    return packed, unpack
+    return pack(list(arrays)), unpack, pack
 
 
-def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
-    """Closure conversion with the hoisted constants packed by :func:`pack_arrays`:
-    ``fn_c(*args, *consts)`` equals ``fn(*args)``.
+def _is_symbolic_zero(x: Any) -> bool:
+    return isinstance(x, jax.custom_derivatives.SymbolicZero)
+
+
+def closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
+    """Closure conversion: ``fn_c(*args, *consts)`` equals ``fn(*args)``.
 
     Every tracer ``fn`` closes over is hoisted, integer ones included (``jax.closure_convert`` keeps
     those closed over: a traced integer bound of a loop, under ``grad`` of a ``jit``'d function,
@@ -290,20 +315,42 @@ def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[...,
         *flat
     )
     out_tree = jax.tree_util.tree_structure(out_shape)
-    # (concrete constants stay closed over, compile-time constants XLA can fold; tracers are hoisted)
     consts = list(closed.consts)
     traced = [i for i, c in enumerate(consts) if isinstance(c, jax.core.Tracer)]
-    packed, unpack = pack_arrays([consts[i] for i in traced])
-    n = len(packed)
+    n = len(traced)
 
-    def fn_p(*args: Any) -> Any:
+    def fn_c(*args: Any) -> Any:
         all_consts = list(consts)
-        for i, v in zip(traced, unpack(list(args[len(args) - n :]))):
+        for i, v in zip(traced, args[len(args) - n :]):
             all_consts[i] = v
         out = jax.core.eval_jaxpr(closed.jaxpr, all_consts, *jax.tree_util.tree_leaves(args[: len(args) - n]))
         return jax.tree_util.tree_unflatten(out_tree, out)
 
-    return fn_p, packed
+    return fn_c, [consts[i] for i in traced]
+
+
+def packed(
+    fn_c: Callable[..., Any], consts: list[Array], tangents: list[Any] | None = None
+) -> tuple[Callable[..., Any], list[Array], list[Any] | None]:
+    """``(fn_p, packed consts, their tangents)`` for ``fn_c(*args, *consts)`` of :func:`closure`:
+    ``fn_p(*args, *packed)`` equals it, the consts packed by :func:`pack_arrays`, apart by whether
+    their tangent (``tangents``: None, or a list with symbolic zeros) is zero."""
+    keys = None if tangents is None else [_is_symbolic_zero(t) for t in tangents]
+    vectors, unpack, pack = pack_arrays(list(consts), keys)
+    n = len(vectors)
+
+    def fn_p(*args: Any) -> Any:
+        return fn_c(*args[: len(args) - n], *unpack(list(args[len(args) - n :])))
+
+    return fn_p, vectors, None if tangents is None else pack(list(tangents))
+
+
+def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
+    """:func:`closure` with the hoisted constants packed (:func:`packed`): ``fn_p(*args, *packed)``
+    equals ``fn(*args)``."""
+    fn_c, consts = closure(fn, *example)
+    fn_p, vectors, _ = packed(fn_c, consts)
+    return fn_p, vectors
 
 
 Writes = list[tuple[Array, Any, Array]]
@@ -325,48 +372,125 @@ def apply_writes(buffers: Any, writes: Writes) -> Any:
 
 def while_with_writes_fast_primal(cond: Any, body: Any, init: Any, buffers0: Any, max_steps: int) -> tuple[Any, Any]:
     """A while loop that also fills write-only buffers: ``body(carry) -> (carry, writes)`` (see
-    :func:`apply_writes`); returns ``(carry, buffers)``.
+    :func:`apply_writes`); returns ``(carry, buffers)``. The saving loop: one pass per save time.
 
-    As :func:`while_fast_primal`: a plain ``lax.while_loop`` when evaluated (the buffers are updated
-    in place; a pass of equinox's bounded loop costs ~1-2 us more on a CPU, which a saving loop pays
-    once per save), equinox's bounded loop with the buffers as its buffers when differentiated. The
-    body never sees the buffers, so its closure conversion is the same for both loops.
+    A plain ``lax.while_loop`` when evaluated (the buffers updated in place). Differentiated, the
+    same passes as :func:`scan_with_writes`: a scan of ``max_steps`` passes in blocks (each block's
+    passes recomputed once in reverse mode), the writes collected as the scan's outputs, so that
+    the buffers are never carried or checkpointed; a finished pass is skipped by a conditional (one
+    per save: cheap against the stepping loop inside it). Only the carry leaves and consts with a
+    tangent are differentiated (the consts are packed apart by that), so that a run's times and step
+    sizes are not swept by the stepping loops inside: with 100 save times, ``jax.grad`` of a pendulum
+    over 11,700 attempts 15 ms against 27 ms through equinox's bounded loop with buffers.
     """
-    body_c, body_consts = packed_closure(body, init)
-    cond_c, cond_consts = packed_closure(cond, init)
-
-    def step(c: Any, b: Any, bc: Any) -> tuple[Any, Any]:
-        c2, writes = body_c(c, *bc)
-        return c2, apply_writes(b, writes)
-
-    def bounded(c0: Any, b0: Any, bc: Any, cc: Any) -> Any:
-        return eqxi.while_loop(
-            lambda s: cond_c(s[0], *cc),
-            lambda s: step(s[0], s[1], bc),
-            (c0, b0),
-            max_steps=max_steps,
-            kind="bounded",
-            buffers=lambda s: s[1],
-        )
+    body_c, body_consts = closure(body, init)
+    cond_c, cond_consts = closure(cond, init)
 
     @jax.custom_jvp
     def run(c0: Any, b0: Any, bc: Any, cc: Any) -> Any:
-        # (at most max_steps passes, as the bounded loop: a loop whose condition never turns false, on
-        # NaN times say, stops)
+        body_p, bp, _ = packed(body_c, list(bc))
+        cond_p, cp, _ = packed(cond_c, list(cc))
+
+        # (at most max_steps passes, as the derivative's scan: a loop whose condition never turns
+        # false, on NaN times say, stops)
         def cond_n(s: Any) -> Any:
-            return (s[2] < max_steps) & cond_c(s[0], *cc)
+            return (s[2] < max_steps) & cond_p(s[0], *cp)
 
         def body_n(s: Any) -> Any:
-            return (*step(s[0], s[1], bc), s[2] + 1)
+            c2, writes = body_p(s[0], *bp)
+            return c2, apply_writes(s[1], writes), s[2] + 1
 
         c, b, _ = jax.lax.while_loop(cond_n, body_n, (c0, b0, jnp.zeros((), jnp.int32)))
         return c, b
 
-    @run.defjvp
     def run_jvp(primals: Any, tangents: Any) -> Any:
-        return jax.jvp(bounded, primals, tangents)
+        c0, b0, bc, cc = primals
+        body_p, bp, dbp = packed(body_c, list(bc), list(tangents[2]))
+        cond_p, cp, _ = packed(cond_c, list(cc))
+
+        def scan(c0: Any, b0: Any, bp: list[Array]) -> Any:
+            return scan_with_writes(lambda c: cond_p(c, *cp), lambda c: body_p(c, *bp), c0, b0, max_steps)
+
+        return jvp_nonzero(scan, (c0, b0, bp), (tangents[0], tangents[1], dbp))
+
+    run.defjvp(run_jvp, symbolic_zeros=True)
 
     return run(init, buffers0, tuple(body_consts), tuple(cond_consts))
+
+
+# scan_with_writes: up to this many passes in one scan (reverse mode keeps every pass's residuals:
+# a stepping loop's checkpoints, up to 64 KB, per save); more in blocks of ~sqrt(passes), each block
+# recomputed once in reverse mode
+WRITES_UNBLOCKED = 128
+
+
+def scan_with_writes(cond: Any, body: Any, c0: Any, buffers0: Any, max_steps: int) -> tuple[Any, Any]:
+    """``while cond(c): c, writes = body(c)`` for at most ``max_steps`` passes, as scans JAX
+    differentiates: ``max_steps`` passes in blocks of ``WRITES_BLOCK`` under ``jax.checkpoint``, a
+    finished pass skipped by a conditional (under ``vmap``: run unless no member goes on, each
+    member's finished passes discarded by a select). The writes are the scans' outputs, applied to
+    ``buffers0`` after them (a row a write does not hit goes to a discarded extra row: no row is
+    written twice, and no out-of-range index, whose gather in reverse mode fills NaN)."""
+    _, out_shapes = jax.eval_shape(body, c0)
+
+    def one(c: Any, _: Any) -> Any:
+        go = cond(c)
+
+        def run(c: Any) -> Any:
+            new, writes = body(c)
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new, c)
+            return new, [(row, value, pred & go) for row, value, pred in writes]
+
+        def skip(c: Any) -> Any:
+            return c, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), out_shapes)
+
+        return jax.lax.cond(eqxi.unvmap_any(go), run, skip, c)
+
+    if max_steps <= WRITES_UNBLOCKED:
+        c, ws = jax.lax.scan(one, c0, None, length=max_steps)
+    else:
+        size = int(np.ceil(np.sqrt(max_steps)))
+        n_blocks = -(-max_steps // size)
+
+        @jax.checkpoint
+        def block(c: Any, _: Any) -> Any:
+            return jax.lax.scan(one, c, None, length=size)
+
+        c, ws = jax.lax.scan(block, c0, None, length=n_blocks)
+        ws = jax.tree_util.tree_map(lambda a: a.reshape((n_blocks * size, *a.shape[2:])), ws)
+    buffers = buffers0
+    for rows, values, preds in ws:
+
+        def put(buf: Array, v: Array, rows: Array = rows, preds: Array = preds) -> Array:
+            n = buf.shape[0]
+            ext = jnp.concatenate([buf, jnp.zeros((1, *buf.shape[1:]), buf.dtype)])
+            return ext.at[jnp.where(preds, rows, n)].set(v.astype(buf.dtype))[:n]
+
+        buffers = jax.tree_util.tree_map(put, buffers, values)
+    return c, buffers
+
+
+def jvp_nonzero(fn: Callable[..., Any], primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
+    """``jax.jvp(fn, primals, tangents)`` where ``tangents`` may hold symbolic zeros (a custom_jvp
+    rule's, with ``symbolic_zeros=True``): the leaves with one are held fixed, not given zero
+    tangents, so that the loops inside ``fn`` see which leaves carry a derivative. Returns output
+    tangents with zeros (float0 for integers) where none flows."""
+    leaves, tree = jax.tree_util.tree_flatten(primals)
+    t_leaves = jax.tree_util.tree_leaves(tangents, is_leaf=_is_symbolic_zero)
+    live = [
+        i
+        for i, (x, t) in enumerate(zip(leaves, t_leaves))
+        if not _is_symbolic_zero(t) and jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+    ]
+
+    def f(*xs: Any) -> Any:
+        full = list(leaves)
+        for i, x in zip(live, xs):
+            full[i] = x
+        return fn(*jax.tree_util.tree_unflatten(tree, full))
+
+    out, d_out = jax.jvp(f, tuple(leaves[i] for i in live), tuple(t_leaves[i] for i in live))
+    return out, _materialize(out, d_out)
 
 
 class WhileLoop:
