@@ -256,7 +256,7 @@ def test_many_small_loop_constants_are_packed_and_values_and_gradients_unchanged
         jnp.arange(3, dtype=jnp.int32),
         jnp.ones((5000,)),
     ]
-    packed, unpack = pack_arrays(arrays)
+    packed, unpack, _ = pack_arrays(arrays)
     assert len(packed) == 3  # the big array, one float64 vector, one int32 vector
     for a, b in zip(arrays, unpack(packed)):
         assert a.shape == b.shape and a.dtype == b.dtype
