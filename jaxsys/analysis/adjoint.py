@@ -39,8 +39,8 @@ through, or skip, all ``max_steps``: a fixed price per entry).
 
 Measured on this 2-core CPU (benchmarks S2a-grad, S8-grad, S8h-300; calls interleaved), ``jax.grad``
 through 11,700 attempts of an error-controlled pendulum: 10.7 ms, 4.5x its 2.4 ms forward run (the
-bounded loop's JVP and transpose: 21.6 ms; this module's first version: 12.9 ms); through 50,000
-attempts (re-run once): 60 ms, 5.5x (68 ms); with 100 save times 14.9 ms, 6.1x (42 ms; 26.4 ms before
+bounded loop's JVP and transpose: 21.6 ms; this module's first version: 12-15 ms); through 50,000
+attempts (re-run once): 60 ms, 5.5x (74 ms); with 100 save times 14.9 ms, 6.1x (42 ms; 26.4 ms before
 the saving loop's scans, :func:`~.loops.scan_with_writes`); through the 29 steps of a 300-lag chain
 0.61 ms against Diffrax's
 0.76 ms (compile 3.2 s); through the chain of 300 distinct leaf classes 12.8 ms (compile 11.5 s);
