@@ -97,9 +97,14 @@ class _ExplicitRK(IntegratorBase):
 
     def interpolate(self, x: Array, x_new: Array, h: Array, data: Array, theta: Array) -> Array:
         if self.dense is not None:
-            D = jnp.asarray(self.dense, x.dtype)  # (powers, stages): x + h sum_p theta^p (D @ K)[p-1]
-            powers = theta ** jnp.arange(1, D.shape[0] + 1, dtype=x.dtype)
-            return x + h * ((powers @ D) @ data)
+            D = np.asarray(self.dense)  # (powers, stages): x + h sum_p theta^p (D @ K)[p-1]
+            # (products and sums, not pow and dots: on a CPU a dot is a library call of its own, and
+            # a save's interpolation cost 1.2 us against 0.6 us for a stepped save's record)
+            powers = [theta]
+            for _ in range(D.shape[0] - 1):
+                powers.append(powers[-1] * theta)
+            w = [sum(p * float(d) for p, d in zip(powers, D[:, j]) if d != 0.0) for j in range(D.shape[1])]
+            return x + h * sum(wj * data[j] for j, wj in enumerate(w) if not isinstance(wj, int))
         f0, f1 = data[0], data[1]
         t2, t3 = theta * theta, theta * theta * theta
         return (
