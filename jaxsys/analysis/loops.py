@@ -187,7 +187,8 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: 
 
     A ``custom_jvp`` keeps the fast loop for evaluation, ``vmap`` included; all loops run the same
     body, so values are identical. Closed-over arrays become explicit arguments
-    (:func:`packed_closure`) so that derivatives with respect to them are seen.
+    (:func:`closure`; packed by :func:`packed` inside the ``custom_jvp``, apart by whether their
+    tangent is zero) so that derivatives with respect to them are seen.
     """
     body_c, body_consts = closure(body, init)
     cond_c, cond_consts = closure(cond, init)
@@ -343,14 +344,6 @@ def packed(
         return fn_c(*args[: len(args) - n], *unpack(list(args[len(args) - n :])))
 
     return fn_p, vectors, None if tangents is None else pack(list(tangents))
-
-
-def packed_closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
-    """:func:`closure` with the hoisted constants packed (:func:`packed`): ``fn_p(*args, *packed)``
-    equals ``fn(*args)``."""
-    fn_c, consts = closure(fn, *example)
-    fn_p, vectors, _ = packed(fn_c, consts)
-    return fn_p, vectors
 
 
 Writes = list[tuple[Array, Any, Array]]
