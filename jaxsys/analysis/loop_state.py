@@ -148,13 +148,37 @@ class Fsal(NamedTuple):
 
 class DenseStep(NamedTuple):
     """The last attempted step (from ``t`` by ``h``, ``x`` to ``x_new``) and its interpolation data. The
-    saving loop reads it only after the stepping loop stopped on an accepted step, so it is that step."""
+    saving loop reads it only after the stepping loop stopped on an accepted step, so it is that step.
 
-    t: Array
-    h: Array
-    x: Array
-    x_new: Array
-    data: Array
+    Packed in two vectors, ``th = [t, h]`` and ``xs = [x, x_new, data...]`` (the data's rows of the
+    state's size, flattened), so that the loop carries two elements for it, not five: each element of
+    a while loop's carry costs on a CPU at every step and at every entry of the loop (one per save).
+    Build it with :meth:`make`; read it with :attr:`t`, :attr:`h` and :meth:`states`."""
+
+    th: Array
+    xs: Array
+
+    @staticmethod
+    def make(t: Array, h: Array, x: Array, x_new: Array, data: Array) -> DenseStep:
+        """The packed step."""
+        t = jnp.asarray(t)
+        return DenseStep(
+            jnp.stack([t, jnp.asarray(h, t.dtype)]),
+            jnp.concatenate([x, x_new.astype(x.dtype), jnp.ravel(data).astype(x.dtype)]),
+        )
+
+    @property
+    def t(self) -> Array:
+        return self.th[0]
+
+    @property
+    def h(self) -> Array:
+        return self.th[1]
+
+    def states(self, n: int) -> tuple[Array, Array, Array | None]:
+        """``(x, x_new, data)`` for a state of ``n`` entries (data: rows of ``n``; None when n = 0)."""
+        x, x_new = self.xs[:n], self.xs[n : 2 * n]
+        return x, x_new, (self.xs[2 * n :].reshape(-1, n) if n else None)
 
 
 class NewtonCarry(NamedTuple):

@@ -185,6 +185,8 @@ def _dense_saves(
     n_save = int(ts.shape[0])
     t = c.clock.t
     step = c.dense
+    n = int(c.x.shape[0])
+    x_a, x_b, data = step.states(n)
     ok = c.counters.status == STATUS_OK
     h_a = step.h
     n_hit = jnp.zeros((), jnp.int32)
@@ -195,7 +197,7 @@ def _dense_saves(
         hit = ok & (k + j < n_save) & (t_j <= t)
         theta = jnp.clip(jnp.where(h_a > 0, (t_j - step.t) / jnp.where(h_a > 0, h_a, 1.0), 1.0), 0.0, 1.0)
         # (the end point itself exactly)
-        x_j = jnp.where(t_j >= t, step.x_new, interpolate(step.x, step.x_new, h_a, step.data, theta))
+        x_j = x_b if data is None else jnp.where(t_j >= t, x_b, interpolate(x_a, x_b, h_a, data, theta))
         writes.append((row, record(context_at(c, t_j, x_j)), hit))
         n_hit = n_hit + hit.astype(jnp.int32)
     return k + n_hit, writes

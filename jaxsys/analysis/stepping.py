@@ -188,7 +188,7 @@ class StepLoop:
                 lambda: integrator.attempt_step_dense(run.f, t0, x0, jnp.asarray(h0, dtype), run.aux, k_first, t0)
             )
             data = shapes[4]
-            dense = DenseStep(t0, jnp.zeros((), dtype), x0, x0, jnp.zeros(data.shape, data.dtype))
+            dense = DenseStep.make(t0, jnp.zeros((), dtype), x0, x0, jnp.zeros(data.shape, data.dtype))
         grid: FixedGrid | tuple[()] = ()
         if self.fixed:
             grid = FixedGrid(t0, jnp.zeros((), jnp.int32))
@@ -450,7 +450,7 @@ class StepLoop:
         if self.dense:
             # the last attempt, accepted or not: the loop stops right after an accepted step passes the
             # target, so when the saving loop reads it, it is the step that passed (no select needed)
-            dense = DenseStep(clock.t, h, start.x, x_new, attempt.interp)
+            dense = DenseStep.make(clock.t, h, start.x, x_new, attempt.interp)
         grid = s.grid
         if self.fixed:
             # fixed steps restart from a boundary, a witness time, or the end of a step halved after a
