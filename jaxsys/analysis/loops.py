@@ -466,8 +466,8 @@ def scan_with_writes(cond: Any, body: Any, c0: Any, buffers0: Any, max_steps: in
 def jvp_nonzero(fn: Callable[..., Any], primals: tuple[Any, ...], tangents: tuple[Any, ...]) -> tuple[Any, Any]:
     """``jax.jvp(fn, primals, tangents)`` where ``tangents`` may hold symbolic zeros (a custom_jvp
     rule's, with ``symbolic_zeros=True``): the leaves with one are held fixed, not given zero
-    tangents, so that the loops inside ``fn`` see which leaves carry a derivative. Returns output
-    tangents with zeros (float0 for integers) where none flows."""
+    tangents, so that the loops inside ``fn`` see which leaves carry a derivative. (``jax.jvp`` gives
+    the outputs no tangent reaches zeros, float0 for integers.)"""
     leaves, tree = jax.tree_util.tree_flatten(primals)
     t_leaves = jax.tree_util.tree_leaves(tangents, is_leaf=_is_symbolic_zero)
     live = [
@@ -482,8 +482,7 @@ def jvp_nonzero(fn: Callable[..., Any], primals: tuple[Any, ...], tangents: tupl
             full[i] = x
         return fn(*jax.tree_util.tree_unflatten(tree, full))
 
-    out, d_out = jax.jvp(f, tuple(leaves[i] for i in live), tuple(t_leaves[i] for i in live))
-    return out, _materialize(out, d_out)
+    return jax.jvp(f, tuple(leaves[i] for i in live), tuple(t_leaves[i] for i in live))
 
 
 class WhileLoop:
