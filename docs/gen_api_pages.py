@@ -38,6 +38,7 @@ PAGES = {
         ),
     ),
     "primitives": ("The block library", ("jaxsys.primitives",)),
+    "robots": ("Robots: MuJoCo plants", ("jaxsys.multibody",)),
     "plotting": ("Plotting", ("jaxsys.plotting",)),
 }
 INTRO = {
@@ -47,6 +48,8 @@ INTRO = {
     "analysis": "Linearization and LQR, trajectory optimization, iLQR and parameter fitting.",
     "primitives": "Drake's primitives, controllers and estimators (see the "
     "[mapping](../api_mapping.md#drakes-block-library-jaxsys)).",
+    "robots": "`MujocoPlant`: MuJoCo models (MJCF) as plants of a Diagram, computed by MJX (needs "
+    '`pip install "jaxsys[mujoco]"`); pictures in `jaxsys.multibody.rendering`.',
     "plotting": "Plots of results, logs and diagrams (matplotlib).",
 }
 

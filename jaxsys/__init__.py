@@ -5,7 +5,15 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 ``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
 """
 
-from . import ecs as ecs, examples as examples, plotting as plotting, primitives as primitives
+from typing import Any
+
+from . import (
+    ecs as ecs,
+    examples as examples,
+    multibody as multibody,
+    plotting as plotting,
+    primitives as primitives,
+)
 from .analysis.batch import (
     BatchResult as BatchResult,
     Normal as Normal,
@@ -144,6 +152,7 @@ from .framework.witness import (
     WitnessFunction as WitnessFunction,
     WitnessFunctionDirection as WitnessFunctionDirection,
 )
+from .multibody.results import BodyPoses as BodyPoses, ContactResults as ContactResults
 from .plotting import (
     plot_log as plot_log,
     plot_result as plot_result,
@@ -211,6 +220,16 @@ from .primitives.transfer_function import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> Any:
+    # MujocoPlant imports mujoco: loaded on first access, so that `import jaxsys` never imports it.
+    if name == "MujocoPlant":
+        from .multibody.mujoco_plant import MujocoPlant
+
+        return MujocoPlant
+    raise AttributeError(f"module 'jaxsys' has no attribute {name!r}")
+
+
 __all__ = [
     "ALL_INTEGRATORS",
     "AbstractParameterIndex",
@@ -222,12 +241,14 @@ __all__ = [
     "AlgebraicLoopError",
     "BarycentricMeshSystem",
     "BatchResult",
+    "BodyPoses",
     "BogackiShampine3Integrator",
     "CompositeEventCollection",
     "ConstantValueSource",
     "ConstantVectorSource",
     "ConstraintError",
     "ConstraintReport",
+    "ContactResults",
     "Context",
     "ContinuousState",
     "ContinuousStateIndex",
@@ -269,6 +290,7 @@ __all__ = [
     "MatrixGain",
     "MissingOverrideError",
     "MonteCarloResult",
+    "MujocoPlant",
     "MultilayerPerceptron",
     "Multiplexer",
     "NoProgressMeter",
@@ -357,6 +379,7 @@ __all__ = [
     "log_vector_output",
     "make_finite_horizon_linear_quadratic_regulator",
     "monte_carlo_simulation",
+    "multibody",
     "observability_matrix",
     "plot_log",
     "plot_result",
