@@ -805,6 +805,108 @@ def case_acrobot():
     return "S9 acrobot swing-up, time to converge", rows
 
 
+def _mujoco():
+    from mujoco import mjx
+
+    from jaxsys.multibody import MujocoPlant, model_path
+
+    return MujocoPlant, model_path, mjx
+
+
+def case_mujoco_humanoid(steps=1000):
+    """S10 (issue #39): MJX's humanoid, discrete (MuJoCo's own step), 1,000 steps from rest with a fixed
+    random actuation: ``js.simulate`` of a ``MujocoPlant`` against a hand-written
+    ``jit(lax.scan(mjx.step))`` (the floor) and MuJoCo's C ``mj_step`` loop (the CPU reference)."""
+    import mujoco
+
+    MujocoPlant, model_path, mjx = _mujoco()
+    plant = MujocoPlant(model_path("humanoid"))
+    u = 0.4 * np.random.default_rng(1).normal(size=plant.num_actuators())
+    ctx = plant.get_input_port("actuation").fix_value(plant.create_default_context(), u)
+    t_final = steps * plant.time_step
+    sim = eqx_jit(lambda c: plant.get_positions(js.simulate(plant, c, t_final).context))
+    mx = mjx.put_model(plant.mj_model)
+    d0 = mjx.make_data(mx).replace(ctrl=jnp.asarray(u))
+    raw = jax.jit(lambda d: jax.lax.scan(lambda d, _: (mjx.step(mx, d), None), d, None, length=steps)[0].qpos)
+    rows = [
+        ("raw jit(scan(mjx.step))", *timeit(raw, d0, repeats=5)),
+        ("jaxsys MujocoPlant", *timeit(sim, ctx, repeats=5)),
+    ]
+    m = plant.mj_model
+    d = mujoco.MjData(m)
+
+    def c_loop():
+        mujoco.mj_resetData(m, d)
+        d.ctrl[:] = u
+        for _ in range(steps):
+            mujoco.mj_step(m, d)
+        return d.qpos.copy()
+
+    rows.append(("MuJoCo C mj_step (reference, not a goal on CPU)", 0.0, timeit(c_loop, repeats=5)[1]))
+    return f"S10 humanoid, {steps} discrete MuJoCo steps", rows
+
+
+def case_mujoco_batch(n=1024):
+    """S10-batch: ``n`` randomized boxes sliding on a plane (mass and friction per member, discrete,
+    300 MuJoCo steps with contacts): ``batch_simulate`` against ``jit(vmap(raw scan of mjx.step))``."""
+    MujocoPlant, model_path, mjx = _mujoco()
+    plant = MujocoPlant(model_path("box_on_plane"))
+    base = plant.with_positions(plant.create_default_context(), jnp.array([0.0, 0.0, 0.1, 1.0, 0.0, 0.0, 0.0]))
+    base = plant.with_velocities(base, jnp.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    mu = jax.random.uniform(jax.random.PRNGKey(0), (n,), minval=0.2, maxval=0.7)
+    mass = jax.random.uniform(jax.random.PRNGKey(1), (n,), minval=0.5, maxval=3.0)
+    friction0 = plant.get_model_parameter(base, "geom_friction")
+    mass0 = plant.get_model_parameter(base, "body_mass")
+
+    def member(m_i, mu_i):
+        c = plant.with_model_parameter(base, "geom_friction", friction0.at[:, 0].set(mu_i))
+        return plant.with_model_parameter(c, "body_mass", mass0.at[1].set(m_i))
+
+    contexts = jax.vmap(member)(mass, mu)
+    sim = eqx_jit(lambda cs: js.batch_simulate(plant, cs, 1.5).result.context)
+    mx = mjx.put_model(plant.mj_model)
+    d0 = mjx.make_data(mx).replace(qpos=base.get_discrete_state(0), qvel=base.get_discrete_state(1))
+
+    def one(m_i, mu_i):
+        m = mx.replace(body_mass=mass0.at[1].set(m_i), geom_friction=friction0.at[:, 0].set(mu_i))
+        return jax.lax.scan(lambda d, _: (mjx.step(m, d), None), d0, None, length=300)[0].qpos
+
+    raw = jax.jit(jax.vmap(one))
+    rows = [
+        ("raw jit(vmap(scan(mjx.step)))", *timeit(raw, mass, mu, repeats=3)),
+        ("jaxsys batch_simulate", *timeit(sim, contexts, repeats=3)),
+    ]
+    return f"S10-batch {n} randomized boxes, 300 steps", rows
+
+
+def case_mujoco_grad(steps=1000):
+    """S10-grad: ``jax.grad`` of the final elbow angle with respect to link 2's mass through ``steps``
+    fixed RK4 steps of the continuous MJCF acrobot, against the forward run."""
+    MujocoPlant, model_path, _ = _mujoco()
+    plant = MujocoPlant(model_path("acrobot"), time_step=0.0)
+    ctx = plant.with_positions(plant.create_default_context(), jnp.array([0.5, -0.3]))
+    ctx = plant.get_input_port("actuation").fix_value(ctx, jnp.array([0.4]))
+    h = 0.001
+    integ = js.RungeKutta4Integrator(max_step_size=h, fixed_step_mode=True)
+    mass0 = plant.get_model_parameter(ctx, "body_mass")
+
+    def final(m2):
+        c = plant.with_model_parameter(ctx, "body_mass", mass0.at[2].set(m2))
+        return plant.get_positions(js.simulate(plant, c, steps * h, integ).context)[1]
+
+    rows = [
+        ("forward", *timeit(jax.jit(final), 1.0, repeats=5)),
+        ("jax.grad (goal: within 5x forward)", *timeit(jax.jit(jax.grad(final)), 1.0, repeats=5)),
+    ]
+    return f"S10-grad acrobot (MJCF), grad through {steps} RK4 steps", rows
+
+
+def eqx_jit(fn):
+    import equinox as eqx
+
+    return eqx.filter_jit(fn)
+
+
 def case_sampled_pid():
     """S5: double integrator + discrete PID (period 0.01, ZOH), RK4 with h = the period, 5 s."""
     kp, ki, kd, T = 10.0, 1.0, 5.0, 0.01
@@ -1055,10 +1157,14 @@ def main() -> None:
         ("S8h-10", lambda: case_hetero(10)),
         ("S8h-100", lambda: case_hetero(100)),
         ("S8h-300", lambda: case_hetero(300)),
+        ("S10", case_mujoco_humanoid),
+        ("S10-batch-1024", lambda: case_mujoco_batch(1024)),
+        ("S10-grad", case_mujoco_grad),
     ]
     full_only = [
         ("S6-8192", lambda: case_batch(8192)),
         ("S8h-1000", lambda: case_hetero(1000, grads=False, unrolled=False)),
+        ("S10-batch-10000", lambda: case_mujoco_batch(10000)),
     ]
     only = args.only.split(",") if args.only else []
     cases += [c for c in full_only if args.full or c[0] in only]

@@ -54,6 +54,30 @@ INTRO = {
 }
 
 
+LAZY = ("MujocoPlant",)
+# helpers that live in a subpackage only (not in jaxsys.__all__)
+EXTRA = {
+    "robots": [
+        "## Models, errors and pictures",
+        "",
+        "::: jaxsys.multibody.mujoco_plant.model_path",
+        "",
+        "::: jaxsys.multibody.mujoco_plant.MujocoModelError",
+        "",
+        "::: jaxsys.multibody.mujoco_plant.DEFAULT_MODEL_PARAMETERS",
+        "",
+        "::: jaxsys.multibody.rendering.render_frames",
+        "",
+        "::: jaxsys.multibody.rendering.save_animation",
+        "",
+        "::: jaxsys.multibody.rendering.plot_joint_trajectories",
+        "",
+        "::: jaxsys.multibody.rendering.RenderingUnavailable",
+        "",
+    ]
+}
+
+
 def module_of(name: str) -> str:
     obj = getattr(jaxsys, name)
     if isinstance(obj, types.ModuleType):
@@ -82,7 +106,11 @@ def main() -> None:
     for page, (title, _) in PAGES.items():
         lines = [f"# {title}", "", INTRO[page], ""]
         for name in sorted(groups[page], key=lambda n: (not inspect.isclass(getattr(jaxsys, n)), n.lower())):
-            lines += [f"::: jaxsys.{name}", ""]
+            # names loaded lazily by jaxsys.__getattr__ (MujocoPlant) are documented at their module's path:
+            # mkdocstrings reads modules statically and cannot follow the lazy attribute
+            path = f"{module_of(name)}.{name}" if name in LAZY else f"jaxsys.{name}"
+            lines += [f"::: {path}", ""]
+        lines += EXTRA.get(page, [])
         (out / f"{page}.md").write_text("\n".join(lines))
     lines = ["# Modules", "", "The subpackages re-exported by `jaxsys` (`js.ecs`, `js.examples`, ...).", ""]
     for name in sorted(modules):

@@ -131,3 +131,29 @@ def test_mpc_swings_the_pendulum_up_within_the_torque_limit():
     torque = float(re.search(r"largest torque\s+(\S+) N m", text).group(1))
     assert error < 1e-3 and torque <= 4.0 + 1e-9
     assert (ROOT / "examples" / "output" / "mpc_pendulum.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_robot_arm_fitting_example_recovers_masses_and_damping_within_standard_errors():
+    pytest = __import__("pytest")
+    pytest.importorskip("mujoco")
+    text = run_example("robot_arm_fitting.py")
+    rows = re.findall(r"^(mass_\w+|damping_\w+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", text, flags=re.M)
+    assert len(rows) == 6
+    for _, nominal, truth, fitted, se, _ in rows:
+        nominal, truth, fitted, se = map(float, (nominal, truth, fitted, se))
+        assert abs(fitted - truth) < 4 * se  # within the fit's standard errors (4 sigma: 6 parameters)
+        assert abs(fitted - truth) < 0.2 * abs(truth - nominal)  # and far closer than where it started
+    assert (ROOT / "examples" / "output" / "robot_arm_fitting.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_robot_domain_randomization_example_follows_coulomb_friction():
+    """1,024 boxes with random mass and friction: each stops after ~v0²/(2 μ g) whatever its mass
+    (MuJoCo's contacts are soft and the box rocks as it stops: 3% median, 15% worst, stated here)."""
+    pytest = __import__("pytest")
+    pytest.importorskip("mujoco")
+    text = run_example("robot_domain_randomization.py")
+    assert re.search(r"members 1024", text)
+    assert float(re.search(r"largest final speed (\S+) m/s", text).group(1)) < 0.05
+    med, worst = map(float, re.search(r"median \|error\| (\S+), largest (\S+)", text).groups())
+    assert med < 0.03 and worst < 0.15
+    assert abs(float(re.search(r"correlation of the error with mass (\S+)", text).group(1))) < 0.3
