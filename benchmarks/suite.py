@@ -894,9 +894,32 @@ def case_mujoco_grad(steps=1000):
         c = plant.with_model_parameter(ctx, "body_mass", mass0.at[2].set(m2))
         return plant.get_positions(js.simulate(plant, c, steps * h, integ).context)[1]
 
+    # the floor: the same RK4 steps of mjx.forward written by hand
+    _, _, mjx = _mujoco()
+    mx = mjx.put_model(plant.mj_model)
+    d0 = mjx.make_data(mx).replace(ctrl=jnp.array([0.4]))
+
+    def raw_final(m2):
+        m = mx.replace(body_mass=mass0.at[2].set(m2))
+
+        def f(x):
+            return jnp.concatenate([x[2:], mjx.forward(m, d0.replace(qpos=x[:2], qvel=x[2:])).qacc])
+
+        def step(x, _):
+            k1 = f(x)
+            k2 = f(x + h / 2 * k1)
+            k3 = f(x + h / 2 * k2)
+            k4 = f(x + h * k3)
+            return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+
+        return jax.lax.scan(step, jnp.array([0.5, -0.3, 0.0, 0.0]), None, length=steps)[0][1]
+
     rows = [
-        ("forward", *timeit(jax.jit(final), 1.0, repeats=5)),
-        ("jax.grad (goal: within 5x forward)", *timeit(jax.jit(jax.grad(final)), 1.0, repeats=5)),
+        ("jaxsys forward", *timeit(jax.jit(final), 1.0, repeats=5)),
+        ("jaxsys jax.grad (goal: within 5x forward)", *timeit(jax.jit(jax.grad(final)), 1.0, repeats=5)),
+        ("jaxsys jax.jacfwd", *timeit(jax.jit(jax.jacfwd(final)), 1.0, repeats=5)),
+        ("raw scan of RK4(mjx.forward), forward", *timeit(jax.jit(raw_final), 1.0, repeats=5)),
+        ("raw scan of RK4(mjx.forward), jax.grad", *timeit(jax.jit(jax.grad(raw_final)), 1.0, repeats=5)),
     ]
     return f"S10-grad acrobot (MJCF), grad through {steps} RK4 steps", rows
 

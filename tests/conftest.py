@@ -1,9 +1,17 @@
 """Test configuration: double precision everywhere (tolerances below assume it)."""
 
+import os
+import sys
+
 import jax
 
 
 jax.config.update("jax_enable_x64", True)
+
+if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
+    # MuJoCo reads MUJOCO_GL when it is first imported: headless rendering through EGL (as jaxsys
+    # chooses itself when it imports mujoco first)
+    os.environ.setdefault("MUJOCO_GL", "egl")
 
 import json
 import pathlib

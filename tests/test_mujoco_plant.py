@@ -66,6 +66,22 @@ def test_continuous_mode_matches_known_equations(which):
     assert float(err.max()) < tol, float(err.max())
 
 
+def test_continuous_mode_in_float32():
+    """float32 contexts (JAX's default) compute in float32 with MJX's float32 model: derivatives to
+    float32 precision of the float64 equations."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(8, 4)) * [2.0, 2.0, 3.0, 3.0]
+    u = rng.normal(size=(8, 1)) * 2.0
+    want = _derivatives(Acrobot(), jnp.asarray(x), jnp.asarray(u))
+    with jax.enable_x64(False):
+        plant = MujocoPlant(model_path("acrobot"), time_step=0.0)
+        assert plant.create_default_context().get_time().dtype == jnp.float32
+        got = _derivatives(plant, jnp.asarray(x, jnp.float32), jnp.asarray(u, jnp.float32))
+        assert got.dtype == jnp.float32
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(want)) / (1 + np.abs(np.asarray(want)))
+    assert float(err.max()) < 2e-5, float(err.max())
+
+
 def test_queries_and_names():
     plant = MujocoPlant(model_path("planar_arm"), time_step=0.0)
     assert plant.joint_names() == ("shoulder", "elbow", "wrist")
@@ -265,3 +281,23 @@ def test_bad_inputs_are_named_errors(tmp_path):
         MujocoPlant(model_path("acrobot"), time_step=-1.0)
     with pytest.raises(js.StateError, match=r"q must have shape \(2,\)"):
         plant.with_positions(ctx, jnp.zeros(3))
+
+
+def test_rendering_frames_and_gif(tmp_path):
+    """Frames of two poses differ where the arm moved; a GIF of them is written. Skipped only where no
+    OpenGL works (the error says what to install)."""
+    from jaxsys.multibody.rendering import RenderingUnavailable, render_frames, save_animation
+
+    plant = MujocoPlant(model_path("planar_arm"), time_step=0.0)
+    try:
+        frames = render_frames(plant, np.array([[0.0, 0.0, 0.0], [1.2, 0.0, 0.0]]), width=96, height=72)
+    except RenderingUnavailable as e:
+        assert "libosmesa6" in str(e) and "MUJOCO_GL" in str(e)
+        pytest.skip(f"no OpenGL on this machine: {e}")
+    assert frames.shape == (2, 72, 96, 3) and frames.dtype == np.uint8
+    assert frames[0].std() > 1.0  # not a blank image
+    assert np.mean(np.any(frames[0] != frames[1], axis=-1)) > 0.005  # the arm moved in the picture
+    gif = save_animation(frames, tmp_path / "arm.gif", fps=10)
+    assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+    with pytest.raises(js.JaxsysError, match=r"positions must have shape"):
+        render_frames(plant, np.zeros((2, 2)))

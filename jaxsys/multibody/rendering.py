@@ -32,10 +32,16 @@ def _renderer(model: Any, width: int, height: int) -> Any:
         return mujoco.Renderer(model, height=height, width=width)
     except Exception as e:  # noqa: BLE001 - MuJoCo raises FatalError / ImportError / AttributeError
         gl = os.environ.get("MUJOCO_GL", "")
+        hint = (
+            " (MUJOCO_GL was unset when mujoco was imported: import jaxsys first, or set MUJOCO_GL=egl in the "
+            "environment)"
+            if not gl
+            else ""
+        )
         raise RenderingUnavailable(
             f"MuJoCo's renderer could not start (MUJOCO_GL={gl!r}): {type(e).__name__}: {e}. Rendering needs "
             f"an OpenGL without a screen: EGL (apt-get install libegl1; MUJOCO_GL=egl) or OSMesa (apt-get install "
-            f"libosmesa6; MUJOCO_GL=osmesa), set before mujoco is first imported; with a screen, MUJOCO_GL=glfw."
+            f"libosmesa6; MUJOCO_GL=osmesa), set before mujoco is first imported; with a screen, MUJOCO_GL=glfw{hint}."
         ) from e
 
 
