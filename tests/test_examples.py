@@ -157,3 +157,15 @@ def test_robot_domain_randomization_example_follows_coulomb_friction():
     med, worst = map(float, re.search(r"median \|error\| (\S+), largest (\S+)", text).groups())
     assert med < 0.03 and worst < 0.15
     assert abs(float(re.search(r"correlation of the error with mass (\S+)", text).group(1))) < 0.3
+
+
+def test_robot_swing_up_example_reaches_upright_and_the_plan_works_on_the_equations():
+    pytest = __import__("pytest")
+    pytest.importorskip("mujoco")
+    text = run_example("robot_swing_up.py")
+    assert "converged True" in text
+    theta_mjx = float(re.search(r"\(MJX plan\)\s+x \S+\s+theta (\S+)", text).group(1))
+    theta_eq = float(re.search(r"\(equations\)\s+x \S+\s+theta (\S+)", text).group(1))
+    assert abs(theta_mjx - 3.14159) < 1e-2 and abs(theta_eq - 3.14159) < 1e-2
+    assert float(re.search(r"misses the MJX plan by (\S+)", text).group(1)) < 1e-2
+    assert float(re.search(r"largest \|force\| (\S+) N", text).group(1)) <= 20.0 + 1e-9
