@@ -169,3 +169,16 @@ def test_robot_swing_up_example_reaches_upright_and_the_plan_works_on_the_equati
     assert abs(theta_mjx - 3.14159) < 1e-2 and abs(theta_eq - 3.14159) < 1e-2
     assert float(re.search(r"misses the MJX plan by (\S+)", text).group(1)) < 1e-2
     assert float(re.search(r"largest \|force\| (\S+) N", text).group(1)) <= 20.0 + 1e-9
+
+
+def test_robot_quadruped_pd_example_stands_up_tall_and_level():
+    """A PD controller Diagram around MJX's Barkour quadruped (discrete): from the keyframe's stance to a
+    taller one, level throughout, at rest at the end (P control leaves a gravity-load offset: < 0.15 rad)."""
+    pytest = __import__("pytest")
+    pytest.importorskip("mujoco")
+    text = run_example("robot_quadruped_pd.py")
+    settled, final = map(float, re.search(r"trunk height: (\S+) m settled.*, (\S+) m at the end", text).groups())
+    assert final > settled + 0.1
+    assert float(re.search(r"quaternion w: min (\S+)", text).group(1)) > 0.999
+    assert float(re.search(r"largest joint error at the end (\S+) rad", text).group(1)) < 0.15
+    assert float(re.search(r"largest speed at the end (\S+)", text).group(1)) < 0.05

@@ -115,18 +115,22 @@ def model_path(name: str) -> str:
     """The path of an MJCF model shipped with jaxsys: ``"acrobot"`` (Drake's AcrobotPlant parameters),
     ``"cart_pole"`` (as :class:`jaxsys.examples.CartPole`), ``"planar_arm"`` (three links, motors,
     sensors), ``"box_on_plane"`` (a free cube on the ground, with friction), ``"tumbling_body"`` (a
-    torque-free rigid body); ``"humanoid"`` is MJX's test humanoid, read from the installed ``mujoco``
-    package."""
-    if name == "humanoid":
-        path = pathlib.Path(mujoco.__file__).resolve().parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
+    torque-free rigid body); ``"humanoid"`` and ``"barkour"`` (Google's Barkour v0 quadruped, position
+    servos, a height-field floor) are MJX's test models, read from the installed ``mujoco`` package."""
+    mjx_models = {
+        "humanoid": ("humanoid", "humanoid.xml"),
+        "barkour": ("barkour_v0", "assets", "barkour_v0_mjx.xml"),
+    }
+    if name in mjx_models:
+        path = pathlib.Path(mujoco.__file__).resolve().parent / "mjx" / "test_data" / pathlib.Path(*mjx_models[name])
         if not path.exists():
             raise FileNotFoundError(
-                f"model_path('humanoid'): MJX's test humanoid is not in this mujoco installation ({path})."
+                f"model_path({name!r}): MJX's test model is not in this mujoco installation ({path})."
             )
         return str(path)
     path = _MODELS_DIR / f"{name}.xml"
     if not path.exists():
-        known = sorted(p.stem for p in _MODELS_DIR.glob("*.xml")) + ["humanoid"]
+        known = sorted(p.stem for p in _MODELS_DIR.glob("*.xml")) + ["barkour", "humanoid"]
         raise FileNotFoundError(f"model_path({name!r}): no such model shipped with jaxsys; known: {known}.")
     return str(path)
 
