@@ -483,8 +483,16 @@ def _check_inputs(
     if not isinstance(system, System):
         raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
     system.validate_context(context)
+    if isinstance(integrator, type) and issubclass(integrator, IntegratorBase):
+        raise JaxsysError(
+            f"simulate: integrator is the class {integrator.__name__}; pass an instance, e.g. "
+            f"{integrator.__name__}() or {integrator.__name__}(target_accuracy=1e-6)."
+        )
     if not isinstance(integrator, IntegratorBase):
-        raise JaxsysError(f"simulate: integrator must be an IntegratorBase, got {type(integrator).__name__}.")
+        raise JaxsysError(
+            f"simulate: integrator must be an integrator instance (an IntegratorBase, e.g. "
+            f"js.RungeKutta3Integrator()); got {type(integrator).__name__}."
+        )
     t0 = context.get_time()
     if jnp.ndim(t0) != 0:
         raise JaxsysError(

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .drake_names import drake_name_error
 from .errors import PortError
 
 
@@ -49,6 +50,10 @@ class _Port:
 
     def get_system(self) -> System:
         """The System that owns this port (Drake: ``get_system``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: Drake's CamelCase names get an error naming ours
+        raise drake_name_error(self, name)
         return self._system
 
     def get_index(self) -> int:
