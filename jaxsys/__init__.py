@@ -83,6 +83,7 @@ from .analysis.progress import (
 from .analysis.simulator import (
     STATUS_MESSAGES as STATUS_MESSAGES,
     IntegratorStatistics as IntegratorStatistics,
+    MutableContext as MutableContext,
     SimulationResult as SimulationResult,
     Simulator as Simulator,
     SimulatorStatistics as SimulatorStatistics,
@@ -91,6 +92,7 @@ from .analysis.simulator import (
     Status as Status,
     simulate as simulate,
 )
+from .analysis.simulate import PrecisionWarning as PrecisionWarning
 from .analysis.trajopt import (
     TrajOptResult as TrajOptResult,
     direct_collocation as direct_collocation,
@@ -291,6 +293,7 @@ __all__ = [
     "MissingOverrideError",
     "MonteCarloResult",
     "MujocoPlant",
+    "MutableContext",
     "MultilayerPerceptron",
     "Multiplexer",
     "NoProgressMeter",
@@ -304,6 +307,7 @@ __all__ = [
     "PiecewisePolynomial",
     "PortError",
     "PortSwitch",
+    "PrecisionWarning",
     "PublishEvent",
     "PublishLog",
     "Radau1Integrator",
