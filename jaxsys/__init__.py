@@ -80,6 +80,7 @@ from .analysis.progress import (
     NoProgressMeter as NoProgressMeter,
     TqdmProgressMeter as TqdmProgressMeter,
 )
+from .analysis.simulate import PrecisionWarning as PrecisionWarning
 from .analysis.simulator import (
     STATUS_MESSAGES as STATUS_MESSAGES,
     IntegratorStatistics as IntegratorStatistics,
@@ -92,7 +93,6 @@ from .analysis.simulator import (
     Status as Status,
     simulate as simulate,
 )
-from .analysis.simulate import PrecisionWarning as PrecisionWarning
 from .analysis.trajopt import (
     TrajOptResult as TrajOptResult,
     direct_collocation as direct_collocation,

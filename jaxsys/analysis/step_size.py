@@ -213,9 +213,7 @@ def adjust_step_size(
     # a step below the working minimum (which includes the requested minimum) and below the step just
     # taken is a violation, also when the step taken was already the minimum (clamping first hid it:
     # a float32 run at h = h_min accepted steps of any error and reported ok).
-    violation = (
-        (new < working_min) & (new < h) & integrator.throw_on_minimum_step_size_violation & ~early_success
-    )
+    violation = (new < working_min) & (new < h) & integrator.throw_on_minimum_step_size_violation & ~early_success
     new = jnp.maximum(new, working_min)
     hit_min = new == working_min
     at_min = at_min | hit_min
