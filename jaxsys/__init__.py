@@ -80,9 +80,11 @@ from .analysis.progress import (
     NoProgressMeter as NoProgressMeter,
     TqdmProgressMeter as TqdmProgressMeter,
 )
+from .analysis.simulate import PrecisionWarning as PrecisionWarning
 from .analysis.simulator import (
     STATUS_MESSAGES as STATUS_MESSAGES,
     IntegratorStatistics as IntegratorStatistics,
+    MutableContext as MutableContext,
     SimulationResult as SimulationResult,
     Simulator as Simulator,
     SimulatorStatistics as SimulatorStatistics,
@@ -291,6 +293,7 @@ __all__ = [
     "MissingOverrideError",
     "MonteCarloResult",
     "MujocoPlant",
+    "MutableContext",
     "MultilayerPerceptron",
     "Multiplexer",
     "NoProgressMeter",
@@ -304,6 +307,7 @@ __all__ = [
     "PiecewisePolynomial",
     "PortError",
     "PortSwitch",
+    "PrecisionWarning",
     "PublishEvent",
     "PublishLog",
     "Radau1Integrator",

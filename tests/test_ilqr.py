@@ -98,3 +98,32 @@ def test_float32_contexts_work():
         assert res.success and res.u.dtype == np.dtype(dtype)
         results.append(res.u)
     np.testing.assert_allclose(results[0], results[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_a_stationary_start_that_is_not_a_minimum_is_reported(x64):
+    """Issue #36 item 4: hanging at rest with u_init = 0 under a swing-up cost, iLQR took no step and
+    reported success. The start is a stationary point (by symmetry) but a maximum of the cost along a
+    push: success False, a warning naming u_init. A start at a true minimum (hanging, under a cost
+    that wants it hanging) still succeeds, and from a perturbed start iLQR takes steps."""
+    import warnings
+
+    with jax.enable_x64(x64):
+        p = Pendulum()
+        ctx = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
+
+        def swing_up(x, u):
+            return 2 * (1 + jnp.cos(x[0])) + 0.1 * u[0] ** 2
+
+        def at_top(x):
+            return 10 * (1 + jnp.cos(x[0])) + x[1] ** 2
+
+        with pytest.warns(UserWarning, match="stationary point.*u_init"):
+            r = js.ilqr(p, ctx, 4.0, 40, swing_up, at_top)
+        assert r.stationary_start and not r.success and r.iterations == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ok = js.ilqr(p, ctx, 4.0, 40, lambda x, u: (1 - jnp.cos(x[0])) + 0.1 * u[0] ** 2, lambda x: 0.0 * x[0])
+        assert ok.success and not ok.stationary_start
+        moved = js.ilqr(p, ctx, 4.0, 40, swing_up, at_top, u_init=0.5)  # the remedy: iLQR moves
+        assert moved.iterations > 1 and not moved.stationary_start

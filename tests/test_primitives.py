@@ -1,6 +1,9 @@
 """Each primitive against its definition (values, shapes, feedthrough), closed-form checks of
 LinearSystem and the PID loop, sources."""
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -209,6 +212,39 @@ def test_random_source_reproducible_and_distinct_per_key():
     # statistics of many samples
     samples = jax.vmap(lambda k: run(r.with_seed(base, k)))(jax.random.split(jax.random.PRNGKey(0), 2000))
     assert abs(float(samples.mean())) < 0.05 and abs(float(samples.std()) - 1.0) < 0.05
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_random_sources_have_distinct_reproducible_default_seeds(x64):
+    """Issue #36 item 3: two sources built without a seed gave identical streams (a Kalman diagram's
+    process noise equalled its measurement noise). As Drake, each draws its default seed from a counter;
+    an explicit seed fixes it; the same program gives the same samples every run."""
+    with jax.enable_x64(x64):
+        a, b = js.RandomSource("gaussian", 5, 0.1), js.RandomSource("gaussian", 5, 0.1)
+        assert a.get_default_seed() != b.get_default_seed() and a.get_fixed_seed() is None
+
+        def stream(src, ctx=None):
+            ctx = src.create_default_context() if ctx is None else ctx
+            ts = jnp.linspace(0.0, 0.4, 5)
+            return np.asarray(js.simulate(src, ctx, 0.45, save_at=ts, record=lambda c: c.get_discrete_state(0)).ys)
+
+        sa, sb = stream(a), stream(b)
+        assert sa.dtype == (np.float64 if x64 else np.float32)
+        assert np.min(np.abs(sa - sb)) > 0  # no equal sample anywhere
+        fixed = js.RandomSource("gaussian", 5, 0.1, seed=a.get_default_seed())
+        assert fixed.get_fixed_seed() == a.get_default_seed()
+        np.testing.assert_array_equal(stream(fixed), sa)  # an explicit seed reproduces a stream
+        np.testing.assert_array_equal(stream(b, b.with_seed(b.create_default_context(), a.get_default_seed())), sa)
+    with pytest.raises(js.DeclarationError, match="seed"):
+        js.RandomSource("gaussian", 1, 0.1, seed=-1)
+    # the same program, run twice, samples the same (the counter starts afresh in each process)
+    code = (
+        "import jaxsys as js, numpy as np; s = [js.RandomSource('uniform', 2, 0.1) for _ in range(3)]; "
+        "print([float(js.simulate(x, x.create_default_context(), 0.05).context.get_discrete_state(0)[0]) for x in s])"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr
+    assert runs[0].stdout == runs[1].stdout and len(set(runs[0].stdout.strip("[]\n").split(","))) == 3
 
 
 def test_function_system_one_liner():

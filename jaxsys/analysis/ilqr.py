@@ -46,8 +46,11 @@ class ILQRResult:
 
     **Fields:** `times` (N+1,), `x` (N+1, n) states, `u` (N, m) inputs (held over each interval),
     `cost`, `cost_history`, `iterations`, `converged` (relative cost decrease below the tolerance),
-    `success` (converged with a finite cost), `K` (N, m, n) and `k` (N, m): the final feedback gains
-    and feedforward terms (``u = u[k] + K[k] (x - x[k])`` tracks the trajectory), `regularization`.
+    `success` (converged with a finite cost, and not stuck at its start), `K` (N, m, n) and `k` (N, m):
+    the final feedback gains and feedforward terms (``u = u[k] + K[k] (x - x[k])`` tracks the
+    trajectory), `regularization`, `stationary_start` (True when the initial inputs were a stationary
+    point of the cost that is not a minimum, so that iLQR took no step: perturb ``u_init``; a warning
+    says so and `success` is False).
     """
 
     times: np.ndarray
@@ -61,6 +64,7 @@ class ILQRResult:
     K: np.ndarray
     k: np.ndarray
     regularization: float
+    stationary_start: bool = False
 
 
 def _box_gains(Quu: Array, Qu: Array, Qux: Array, lo: Array, hi: Array, iterations: int = 8) -> tuple[Array, Array]:
@@ -336,7 +340,45 @@ def ilqr(
                 converged = True
                 break
     success = converged and bool(np.isfinite(history[-1]))
-    if not success:
+    stationary_start = False
+    if converged and it == 1 and (len(history) == 1 or history[-1] >= history[0]):
+        # No step was taken: the initial inputs are a stationary point of the cost (its gradient with
+        # respect to u is zero), and iLQR's model cannot tell a minimum from a maximum or saddle there
+        # (a pendulum hanging under a swing-up cost). Look for negative curvature of the total cost:
+        # Hessian-vector products along a constant push, a ramp, random directions, and a few power
+        # iterations (the dominant eigendirection), over the inputs not at a bound.
+        free = ((u > lo) & (u < hi)).astype(dtype)
+
+        def total(v: Array) -> Array:
+            return total_cost(rollout(x0, v), v)
+
+        def curvature(d: Array) -> tuple[Array, Array]:
+            d = d * free
+            d = d / jnp.maximum(jnp.linalg.norm(d), jnp.finfo(dtype).tiny)
+            hd = jax.jvp(jax.grad(total), (u,), (d,))[1] * free
+            return jnp.vdot(d, hd), hd
+
+        curvature = jax.jit(curvature)
+        keys = jax.random.split(jax.random.PRNGKey(0), 2)
+        trials = [jnp.ones_like(u), jnp.linspace(-1.0, 1.0, N, dtype=dtype)[:, None] * jnp.ones_like(u)]
+        trials += [jax.random.normal(k, u.shape, dtype) for k in keys]
+        lowest = min(float(curvature(d)[0]) for d in trials)
+        d = jnp.ones_like(u)
+        for _ in range(8):
+            c, d = curvature(d)
+            lowest = min(lowest, float(c))
+        stationary_start = lowest < -1e-6 * (1.0 + abs(history[0]))
+        if stationary_start:
+            success = False
+    if stationary_start:
+        warnings.warn(
+            f"ilqr: the initial inputs are a stationary point of the cost that is not a minimum: iLQR took no "
+            f"step (cost {history[0]:.6g}; the cost curves down along some change of u). This happens at "
+            f"symmetric starts, e.g. a pendulum hanging at rest under a swing-up cost with u_init = 0. Perturb "
+            f"u_init (any small nonzero inputs). result.success is False.",
+            stacklevel=2,
+        )
+    elif not success:
         warnings.warn(
             f"ilqr: did not converge in {max_iterations} iterations (cost {history[-1]:.6g}, last relative "
             f"decrease above tolerance {tolerance:g}). Options: max_iterations, tolerance, regularization, "
@@ -355,6 +397,7 @@ def ilqr(
         np.asarray(K),
         np.asarray(kff),
         float(mu),
+        stationary_start,
     )
 
 

@@ -99,6 +99,39 @@ STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
 """Status code -> the message a user reads (the values of :class:`Status`)."""
 
 
+def working_minimum_resolution(dtype: Any) -> float:
+    """The working minimum step relative to max(1, |t|): Drake's 1e-14, but never below what ``dtype``
+    resolves (4 units in the last place: 4.8e-7 in float32)."""
+    return max(1e-14, 4.0 * float(jnp.finfo(dtype).eps))
+
+
+def status_message(code: int, dtype: Any = None, implicit: bool = False) -> str:
+    """The message of status ``code`` for a run in ``dtype`` with an implicit integrator or not: the
+    working minimum step in the dtype's own figures, and, in a dtype less precise than float64, what
+    float32 cannot do and how to turn on float64."""
+    text = STATUS_MESSAGES[int(code)]
+    if dtype is None:
+        return text
+    res = working_minimum_resolution(dtype)
+    text = text.replace(
+        "the working minimum ~1e-14 t", f"the working minimum ~{res:.2g} max(1, |t|) in {jnp.dtype(dtype).name}"
+    )
+    if implicit and int(code) == STATUS_MAX_STEPS:
+        text = text.replace(
+            "use an implicit integrator (RadauIntegrator)", "loosen the accuracy (an implicit integrator is in use)"
+        )
+    low = jnp.finfo(dtype).eps > 1e-10
+    if low and int(code) in (STATUS_MIN_STEP, STATUS_NEWTON_FAILED, STATUS_MAX_STEPS):
+        name = jnp.dtype(dtype).name
+        text += (
+            f" This run is in {name} (JAX's default dtype unless x64 is enabled): its steps cannot go below "
+            f"~{res:.2g} max(1, |t|) and its states resolve ~{float(jnp.finfo(dtype).eps):.1g} relative; stiff "
+            f"problems and tight accuracies often need more than {name} gives. Enable float64 with "
+            f"jax.config.update('jax_enable_x64', True) before creating the context."
+        )
+    return text
+
+
 class IntegratorStatistics(eqx.Module):
     """Drake's integrator statistics, as arrays (available after a jitted run).
 
@@ -305,8 +338,8 @@ class SimulationResult(eqx.Module):
     status_reasons: tuple[tuple[str, str], ...] = eqx.field(static=True, default=())
 
     def message(self) -> str:
-        """The status as text (for a concrete, unbatched result)."""
-        text = STATUS_MESSAGES[int(self.status)]
+        """The status as text (for a concrete, unbatched result), in the figures of its dtype."""
+        text = status_message(int(self.status), self.context.get_time().dtype)
         if int(self.status) == STATUS_EVENT_FAILED:
             text = self.simulator_status().format_message() + " " + text
         return text

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,7 @@ from .results import (
     LoopOutput,
     SimulationResult,
     SimulatorStatistics,
+    status_message,
 )
 from .stepping import StepLoop
 
@@ -240,6 +242,7 @@ def simulate(
         numbers = all(isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool) for t in save_at)
         save_at = np.asarray(save_at, dtype=np.float64) if numbers and save_at else save_at
     _check_inputs(system, context, integrator, t_final, save_at, loop, dense_output)
+    _warn_unreachable_accuracy(system, context, integrator)
     if monitor is not None and not callable(monitor):
         raise JaxsysError(f"simulate: monitor must be a function f(context) -> EventStatus or None; got {monitor!r}.")
     program = EventProgram(system, monitor)
@@ -469,6 +472,37 @@ def _pending_flags(program: EventProgram, pending: Any) -> Array:
     return flags
 
 
+class PrecisionWarning(UserWarning):
+    """A requested accuracy is finer than the context's dtype can deliver (float32: ~1e-6)."""
+
+
+def accuracy_floor(dtype: Any) -> float:
+    """The finest target accuracy error control can meet in ``dtype``: 8 units in the last place
+    (float32: 9.5e-7; float64: 1.8e-15). Below it, rounding errors of the steps themselves exceed
+    the target: the error estimate is noise and the run's error stops following the accuracy."""
+    return 8.0 * float(jnp.finfo(dtype).eps)
+
+
+def _warn_unreachable_accuracy(system: System, context: Context, integrator: IntegratorBase) -> None:
+    """Warn at call time when an error-controlled run asks for an accuracy its dtype cannot deliver
+    (issue #36: float32 at 1e-10 gave 2e-6, at 1e-12 7.7e-4 after 366,104 steps, all 'ok')."""
+    if integrator.get_fixed_step_mode() or integrator.target_accuracy is None:
+        return
+    dtype = context.get_time().dtype
+    accuracy = integrator.get_accuracy_in_use()
+    if isinstance(accuracy, (int, float)) and accuracy < accuracy_floor(dtype):
+        name = jnp.dtype(dtype).name
+        warnings.warn(
+            f"simulate: target accuracy {accuracy:g} on System {system.get_system_id_string()} is finer than "
+            f"{name} can deliver (~{accuracy_floor(dtype):.1g}: the error estimate of each step is rounding "
+            f"noise below that); the run's error will be larger than asked, though its status says ok. Enable "
+            f"float64 (jax.config.update('jax_enable_x64', True) before creating the context) or ask for "
+            f"{accuracy_floor(dtype):.0e} or more.",
+            PrecisionWarning,
+            stacklevel=3,
+        )
+
+
 def _check_inputs(
     system: System,
     context: Context,
@@ -483,8 +517,16 @@ def _check_inputs(
     if not isinstance(system, System):
         raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
     system.validate_context(context)
+    if isinstance(integrator, type) and issubclass(integrator, IntegratorBase):
+        raise JaxsysError(
+            f"simulate: integrator is the class {integrator.__name__}; pass an instance, e.g. "
+            f"{integrator.__name__}() or {integrator.__name__}(target_accuracy=1e-6)."
+        )
     if not isinstance(integrator, IntegratorBase):
-        raise JaxsysError(f"simulate: integrator must be an IntegratorBase, got {type(integrator).__name__}.")
+        raise JaxsysError(
+            f"simulate: integrator must be an integrator instance (an IntegratorBase, e.g. "
+            f"js.RungeKutta3Integrator()); got {type(integrator).__name__}."
+        )
     t0 = context.get_time()
     if jnp.ndim(t0) != 0:
         raise JaxsysError(
@@ -637,7 +679,9 @@ def _finish(
         )
     if throw:
         n_base = len(STATUS_MESSAGES)
-        messages = [STATUS_MESSAGES[i] for i in range(n_base)] + [
+        dtype = run.context.get_time().dtype
+        implicit = run.integrator.can_fail()
+        messages = [status_message(i, dtype, implicit) for i in range(n_base)] + [
             f"simulate: System {path or '(unnamed)'} failed"
             + (f" with message '{message}'" if message else "")
             + " (an event handler or the monitor returned EventStatus.failed); the run stopped there. "

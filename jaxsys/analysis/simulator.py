@@ -8,6 +8,7 @@ Imports: :mod:`.simulate`, :mod:`.event_loop`, :mod:`.integrators`, :mod:`.resul
 
 from __future__ import annotations
 
+import re
 import time as _time
 from typing import Any
 
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..framework.context import Context
+from ..framework.drake_names import drake_name_error
 from ..framework.errors import JaxsysError
 from ..framework.event_status import EventStatus
 from ..framework.system import System
@@ -45,6 +47,56 @@ _ADVANCE: dict[Any, Any] = {}
 _ADVANCE_TRACES = [0]  # how many times an advance was traced (tests check that reuse does not retrace)
 
 
+class MutableContext:
+    """What :meth:`Simulator.get_mutable_context` returns: a view of the simulator's current context.
+
+    Reads (``get_time()``, ``get_continuous_state_vector()``, ...) see the current context. Calls of
+    its ``with_*`` methods, and of Drake's setter names (``SetContinuousState(x)``, ``SetTime(t)``,
+    ``set_continuous_state(x)``: mapped to ``with_*``), replace the simulator's context by their
+    result, which they also return. ``get()`` returns the current :class:`~jaxsys.Context` (pass that,
+    not the view, to functions such as :func:`~jaxsys.simulate`).
+    """
+
+    __slots__ = ("_simulator",)
+
+    def __init__(self, simulator: Simulator) -> None:
+        object.__setattr__(self, "_simulator", simulator)
+
+    def get(self) -> Context:
+        """The current context."""
+        return self._simulator._context
+
+    def __getattr__(self, name: str) -> Any:
+        ctx = self._simulator._context
+        target = name
+        if not hasattr(ctx, name):
+            snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+            for prefix in ("set_", "with_"):
+                if snake.startswith(prefix) and hasattr(ctx, "with_" + snake[len(prefix) :]):
+                    target = "with_" + snake[len(prefix) :]
+                    break
+            else:
+                return getattr(ctx, name)  # raises, naming jaxsys's method for a Drake name
+        value = getattr(ctx, target)
+        if not (target.startswith("with_") and callable(value)):
+            return value
+        simulator = self._simulator
+
+        def write_back(*args: Any, **kwargs: Any) -> Context:
+            new = value(*args, **kwargs)
+            simulator._system.validate_context(new)
+            simulator._context = new
+            return new
+
+        return write_back
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"MutableContext.{name}: change the context through its with_* methods.")
+
+    def __repr__(self) -> str:
+        return f"MutableContext(of {self._simulator._system.get_system_id_string()}: {self.get()!r})"
+
+
 class Simulator:
     """A thin, stateful Drake-style wrapper around :func:`simulate` (Drake's ``Simulator``).
 
@@ -58,6 +110,10 @@ class Simulator:
     ``witness_isolation=False``: witness events fire at the end of the step in which the witness
     changed sign (Drake's behaviour without a context accuracy); see :func:`~jaxsys.simulate`.
     """
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: Drake's CamelCase names get an error naming ours
+        raise drake_name_error(self, name)
 
     def __init__(
         self,
@@ -280,7 +336,15 @@ class Simulator:
         """The current context (Drake: ``get_context``)."""
         return self._context
 
-    get_mutable_context = get_context
+    def get_mutable_context(self) -> MutableContext:
+        """The simulator's context, changed in place as in Drake (``get_mutable_context``).
+
+        Contexts are values; this returns a :class:`MutableContext` view whose ``with_*`` methods (and
+        Drake's setter names: ``SetContinuousState``, ``SetTime``, ...) store their result as the
+        simulator's context, so ``simulator.get_mutable_context().with_continuous_state(x)`` does what
+        the Drake idiom does. Everything else reads the current context; ``.get()`` is the Context.
+        """
+        return MutableContext(self)
 
     def reset_context(self, context: Context) -> None:
         """Replace the context (Drake: ``reset_context``)."""

@@ -206,13 +206,16 @@ def adjust_step_size(
     shrink = new < h
     new = jnp.where(shrink, jnp.where(err <= acc, h, jnp.minimum(new, hyst_low * h)), new)
     new = jnp.clip(new, min_shrink * h, max_grow * h)
-    new = jnp.maximum(new, integrator.requested_minimum_step_size)
     # The maximum step caps the next step, but it must not reject a step that was stretched (by up to
     # the stretch factor) to land on a boundary: otherwise such a step is retried forever.
     new = jnp.minimum(new, jnp.maximum(integrator.max_step_size, h))
+    # Drake's ValidateSmallerStepSize, on the step error control wants (before the minimum is applied):
+    # a step below the working minimum (which includes the requested minimum) and below the step just
+    # taken is a violation, also when the step taken was already the minimum (clamping first hid it:
+    # a float32 run at h = h_min accepted steps of any error and reported ok).
+    violation = (new < working_min) & (new < h) & integrator.throw_on_minimum_step_size_violation & ~early_success
     new = jnp.maximum(new, working_min)
     hit_min = new == working_min
-    violation = hit_min & (new < h) & integrator.throw_on_minimum_step_size_violation & ~early_success
     at_min = at_min | hit_min
     success = new >= h
     success = jnp.where(early_success, True, success)

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .drake_names import drake_name_error
 from .errors import StateError
 from .ids import INVALID_SYSTEM_ID, describe_system_id
 from .values import (
@@ -80,6 +81,10 @@ class Context(abc.ABC):
     methods return a new context. Contexts are created by ``system.create_default_context()``
     and carry the creating system's id; every System method checks it.
     """
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: Drake's CamelCase names get an error naming ours
+        raise drake_name_error(self, name)
 
     # Subclasses define the fields ``time``, ``inputs`` and ``system_id`` (static).
 

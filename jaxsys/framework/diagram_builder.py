@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from .diagram import Diagram
+from .drake_names import drake_name_error
 from .errors import DiagramBuildError
 from .ports import ABSTRACT, InputPort, OutputPort, abstract_signature, abstract_value_kinds
 from .system import System
@@ -23,6 +24,10 @@ class DiagramBuilder:
     ``export_input``, ``export_output``, ``connect_input``, ``build``. Mistakes are reported when
     they are made (or at ``build``), naming the systems and ports involved.
     """
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: Drake's CamelCase names get an error naming ours
+        raise drake_name_error(self, name)
 
     def __init__(self) -> None:
         self.systems: list[System] = []

@@ -38,6 +38,14 @@ def _call(system: System, fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
+def _returned_none(system: System, event: Event, expected: str) -> DeclarationError:
+    return DeclarationError(
+        f"The update handler of {event!r} on System {system.get_system_id_string()} returned None; it must "
+        f"return {expected}, or an EventStatus (e.g. EventStatus.did_nothing()) to leave the state unchanged. "
+        f"(A forgotten `return` would otherwise silently keep the old state.)"
+    )
+
+
 def _zeros_like_shape(shape: Any) -> Any:
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape)
 
@@ -364,6 +372,8 @@ class LeafEvents(System):
 
             def run(ds: DiscreteValues, e: Event = e) -> Any:
                 new, status = split_status(_call(self, e.callback, context, ds))
+                if new is None and status is None:
+                    raise _returned_none(self, e, "the new discrete values (a vector per group, or DiscreteValues)")
                 new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
                 return _applied(status, new, ds), status
 
@@ -387,6 +397,8 @@ class LeafEvents(System):
 
             def run(st: State, e: Event = e) -> Any:
                 new, status = split_status(_call(self, e.callback, context, st))
+                if new is None and status is None:
+                    raise _returned_none(self, e, "the new State (e.g. state.with_continuous_state(x))")
                 new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
                 return _applied(status, new, st), status
 

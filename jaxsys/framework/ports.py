@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .drake_names import drake_name_error
 from .errors import PortError
 
 
@@ -50,6 +51,12 @@ class _Port:
     def get_system(self) -> System:
         """The System that owns this port (Drake: ``get_system``)."""
         return self._system
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: Drake's CamelCase names get an error naming ours
+        if name in _Port.__slots__:  # an unset slot (during construction or unpickling)
+            raise AttributeError(name)
+        raise drake_name_error(self, name)
 
     def get_index(self) -> int:
         """The port's index among its system's ports of this direction (Drake: ``get_index``)."""

@@ -33,6 +33,7 @@ from .context import (
     SystemOutput,
     default_float_dtype,
 )
+from .drake_names import drake_name_error
 from .errors import JaxsysError, PortError, StateError
 from .ids import INVALID_SYSTEM_ID, new_system_id, validate_created_for
 from .ports import InputPort, OutputPort
@@ -70,6 +71,10 @@ _STRUCTURAL = frozenset(
 
 class System(SystemEvents, SystemConstraints):
     """Abstract base of every system (Drake's ``System<T>``). See the module docstring."""
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached when normal lookup fails: Drake's CamelCase names get an error naming ours
+        raise drake_name_error(self, name)
 
     _spec: _SystemSpec = eqx.field(static=True)
 
