@@ -846,9 +846,13 @@ def case_mujoco_humanoid(steps=1000):
     return f"S10 humanoid, {steps} discrete MuJoCo steps", rows
 
 
-def case_mujoco_batch(n=1024):
+def case_mujoco_batch(n=1024, raw_baseline=True):
     """S10-batch: ``n`` randomized boxes sliding on a plane (mass and friction per member, discrete,
-    300 MuJoCo steps with contacts): ``batch_simulate`` against ``jit(vmap(raw scan of mjx.step))``."""
+    300 MuJoCo steps with contacts): ``batch_simulate`` against ``jit(vmap(raw scan of mjx.step))``.
+    ``raw_baseline=False`` leaves the raw row out. 10,000 members are not a case here: on the 2-core CPU
+    this was measured on, the raw program hangs (XLA's CPU runtime asleep on a futex, no CPU used; with
+    10 steps too) and ``batch_simulate`` hangs the same way with 300 steps (it finishes with 10 steps,
+    5.8 s): to investigate (a GPU run is the case's real target)."""
     MujocoPlant, model_path, mjx = _mujoco()
     plant = MujocoPlant(model_path("box_on_plane"))
     base = plant.with_positions(plant.create_default_context(), jnp.array([0.0, 0.0, 0.1, 1.0, 0.0, 0.0, 0.0]))
@@ -872,10 +876,9 @@ def case_mujoco_batch(n=1024):
         return jax.lax.scan(lambda d, _: (mjx.step(m, d), None), d0, None, length=300)[0].qpos
 
     raw = jax.jit(jax.vmap(one))
-    rows = [
-        ("raw jit(vmap(scan(mjx.step)))", *timeit(raw, mass, mu, repeats=3)),
-        ("jaxsys batch_simulate", *timeit(sim, contexts, repeats=3)),
-    ]
+    rows = [("jaxsys batch_simulate", *timeit(sim, contexts, repeats=3))]
+    if raw_baseline:
+        rows.insert(0, ("raw jit(vmap(scan(mjx.step)))", *timeit(raw, mass, mu, repeats=3)))
     return f"S10-batch {n} randomized boxes, 300 steps", rows
 
 
@@ -1187,7 +1190,6 @@ def main() -> None:
     full_only = [
         ("S6-8192", lambda: case_batch(8192)),
         ("S8h-1000", lambda: case_hetero(1000, grads=False, unrolled=False)),
-        ("S10-batch-10000", lambda: case_mujoco_batch(10000)),
     ]
     only = args.only.split(",") if args.only else []
     cases += [c for c in full_only if args.full or c[0] in only]

@@ -33,7 +33,7 @@ def main() -> None:
     nominal = {k: float(base.get_numeric_parameter(p.group)[p.element]) for k, p in spec.items()}
     truth = {k: v * f for (k, v), f in zip(nominal.items(), (1.15, 0.9, 1.2, 1.3, 0.8, 1.25))}
 
-    ts = jnp.linspace(0.02, 1.5, 75)
+    ts = jnp.linspace(0.02, 1.0, 50)
     angles = lambda c: plant.get_positions(c)  # noqa: E731 - what the encoders measure
     integrator = js.RungeKutta4Integrator(max_step_size=0.005, fixed_step_mode=True)
     experiments, data = [], []
@@ -45,13 +45,13 @@ def main() -> None:
     for i, (q0, tau) in enumerate(setups):
         ctx = plant.get_input_port("actuation").fix_value(plant.with_positions(base, jnp.array(q0)), jnp.array(tau))
         true_ctx = js.set_parameters(ctx, spec, truth)
-        ys = js.simulate(plant, true_ctx, 1.5, integrator, save_at=ts, record=angles).ys
+        ys = js.simulate(plant, true_ctx, 1.0, integrator, save_at=ts, record=angles).ys
         data.append(ys + 0.002 * jax.random.normal(jax.random.PRNGKey(i), ys.shape))
         experiments.append(ctx)
     data = jnp.stack(data)
 
     result = js.fit_parameters(
-        plant, experiments, spec, ts, data, observe=angles, integrator=integrator, method="gauss_newton", steps=20
+        plant, experiments, spec, ts, data, observe=angles, integrator=integrator, method="gauss_newton", steps=12
     )
     print(f"{'parameter':18s} {'nominal':>9s} {'truth':>9s} {'fitted':>9s} {'std err':>9s} {'|err|/se':>8s}")
     worst = 0.0
@@ -71,7 +71,7 @@ def main() -> None:
     except ImportError:
         return
     fitted_ctx = js.set_parameters(experiments[0], spec, result.params)
-    fit = js.simulate(plant, fitted_ctx, 1.5, integrator, save_at=ts, record=angles).ys
+    fit = js.simulate(plant, fitted_ctx, 1.0, integrator, save_at=ts, record=angles).ys
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for j, name in enumerate(joints):
         ax.plot(ts, data[0, :, j], ".", ms=3, label=f"{name} measured")

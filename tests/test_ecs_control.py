@@ -289,3 +289,30 @@ def test_system_owner_entity_is_checked_and_given_to_configure():
     assert float(w.component(e, "mass")) == 3.0
     with pytest.raises(js.JaxsysError, match="owner entity 3 does not exist"):
         ecs.configure(w, [Owned(owner=3)])
+
+
+def test_a_false_pause_request_is_no_request():
+    """Issue #36 item 9: a watchdog calling `world.request_pause(condition)` every step un-paused the world
+    on the step after its condition held (a traced False meant "play"). False is no request now; play is
+    `request_play()`."""
+
+    class Watchdog(ecs.EcsSystem):
+        def update(self, info, world):
+            world = world.request_pause(info.iterations == 2)  # every step: True once, False otherwise
+            return world.request_play(info.iterations == 100)  # never: no request
+
+        def post_update(self, info, view):
+            return info.paused
+
+    _, _, (paused,) = ecs.run(world4(), [Watchdog()], 6, step_size=0.001)
+    np.testing.assert_array_equal(paused, [False, False, True, True, True, True])
+
+    class Resume(ecs.EcsSystem):
+        def update(self, info, world):
+            return world.request_play(info.paused)
+
+        def post_update(self, info, view):
+            return info.paused
+
+    _, _, (paused,) = ecs.run(world4(), [Resume()], 3, step_size=0.001, paused=True)
+    np.testing.assert_array_equal(paused, [True, False, False])

@@ -1,5 +1,6 @@
-"""Issue #36 items 6-8: answers that looked fine and were not, and pydrake habits that failed silently or
-with a bare AttributeError. Each case fails on the code before the fix."""
+"""Issue #36 items 6-8: answers that looked fine and were not, and pydrake habits that failed silently
+or with a bare AttributeError (or a raw message from deep inside). Each case fails on the code before
+the fix."""
 
 import jax
 import jax.numpy as jnp
@@ -81,3 +82,29 @@ def test_an_integrator_class_instead_of_an_instance_is_explained():
     p, ctx = _pendulum()
     with pytest.raises(js.JaxsysError, match=r"pass an instance, e.g. RungeKutta3Integrator\(\)"):
         js.simulate(p, ctx, 1.0, js.RungeKutta3Integrator)
+
+
+def test_a_record_function_returning_a_string_is_explained():
+    p, ctx = _pendulum()
+    with pytest.raises(js.JaxsysError, match="record function returned a str"):
+        js.simulate(p, ctx, 1.0, save_at=[0.5], record=lambda c: "hello")
+
+
+def test_a_negative_u_limit_is_explained():
+    p, ctx = _pendulum()
+    with pytest.raises(js.JaxsysError, match="u_limit must be >= 0"):
+        js.direct_shooting(p, ctx, 1.0, 5, lambda x, u: u @ u, u_limit=-1.0)
+
+
+def test_python_control_flow_in_a_function_systems_function_is_explained():
+    """The LeafSystem methods were explained already; a FunctionSystem's plain function gave JAX's raw
+    message."""
+
+    def dynamics(t, x, u, p):
+        if x[0] > 0:  # Python `if` on a traced value
+            return -x
+        return x
+
+    f = js.FunctionSystem(dynamics, None, num_states=1, x0=[1.0])
+    with pytest.raises(js.JaxsysError, match=r"function dynamics .*jnp.where"):
+        js.simulate(f, f.create_default_context(), 1.0)

@@ -84,17 +84,31 @@ _TRACER_ERRORS = (
 )
 
 
+_LIBRARIES = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) for m in (jax, np, eqx, os, functools) if getattr(m, "__file__", None)
+)
+
+
 def _user_frame(tb: Any) -> tuple[Any, str, str] | None:
-    """The innermost traceback frame of a method of a System outside jaxsys: (system, method, where)."""
+    """The innermost traceback frame of a method of a System outside jaxsys: (system, method, where);
+    else the innermost user function (outside jaxsys, JAX, NumPy and the standard library) called by a
+    system, such as a FunctionSystem's function: (that system, the function's name, where)."""
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = None
+    found = called = None
+    caller = None
     while tb is not None:
         frame = tb.tb_frame
+        path = os.path.abspath(frame.f_code.co_filename)
         owner = frame.f_locals.get("self")
-        if isinstance(owner, System) and not os.path.abspath(frame.f_code.co_filename).startswith(package):
-            found = (owner, frame.f_code.co_name, f"{frame.f_code.co_filename}:{tb.tb_lineno}")
+        where = f"{frame.f_code.co_filename}:{tb.tb_lineno}"
+        if isinstance(owner, System):
+            caller = owner
+            if not path.startswith(package):
+                found = (owner, frame.f_code.co_name, where)
+        elif caller is not None and not path.startswith(package) and not path.startswith(_LIBRARIES):
+            called = (caller, f"function {frame.f_code.co_name}", where)
         tb = tb.tb_next
-    return found
+    return found or called
 
 
 def explain_tracer_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -406,7 +420,7 @@ def _simulate_body(
         times_ok = _times_ok(t0, jnp.asarray(t_final, dtype), ts)
         t_final = jnp.where(times_ok, t_final, t0)
         ts = jnp.where(times_ok, ts, t0 + jnp.arange(ts.shape[0], dtype=dtype) * 0.0)
-    run = _make_run(system, context, integrator, record or _default_record, t_final, ts, progress)
+    run = _make_run(system, context, integrator, _checked_record(record or _default_record), t_final, ts, progress)
     fixed = integrator.get_fixed_step_mode()
     plan = None
     t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
@@ -617,6 +631,24 @@ def _start_events(
         counts0 = counts0.at[0].set(jnp.maximum(counts0[0], n_p))
     program.probe(context, k0, logs0)
     return context, init_values, (program, k0, logs0, get_rest(context), counts0, status0)
+
+
+def _checked_record(record: Callable[[Context], Any]) -> Callable[[Context], Any]:
+    """``record``, with a named error when it returns something that is not a pytree of arrays or
+    numbers (a string gave NumPy's "data type 'hello' not understood" from deep inside the loop)."""
+
+    def checked(context: Context) -> Any:
+        out = record(context)
+        for leaf in jax.tree_util.tree_leaves(out):
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex, bool)):
+                raise JaxsysError(
+                    f"simulate: the record function returned a {type(leaf).__name__} ({leaf!r:.60}); it must "
+                    f"return an array, a number or a pytree of them (e.g. lambda c: "
+                    f"c.get_continuous_state_vector(), or an output port's eval(c))."
+                )
+        return out
+
+    return checked
 
 
 def _make_run(

@@ -97,6 +97,11 @@ def _bounds(u_limit: Any, lower: Any, upper: Any, what: str) -> tuple[Any, Any]:
         if lower is not None or upper is not None:
             raise JaxsysError(f"{what}: give u_limit (|u| <= u_limit) or u_lower/u_upper, not both.")
         lim = np.asarray(u_limit, float)
+        if np.any(~(lim >= 0)):
+            raise JaxsysError(
+                f"{what}: u_limit must be >= 0 (|u| <= u_limit); got {u_limit}, which leaves no admissible input "
+                f"(for one-sided or shifted bounds give u_lower / u_upper)."
+            )
         return -lim, lim
     if lower is not None and upper is not None and np.any(np.asarray(lower, float) > np.asarray(upper, float)):
         raise JaxsysError(f"{what}: a lower bound is above its upper bound ({lower} > {upper}).")

@@ -460,9 +460,17 @@ class World(eqx.Module):
 
     # ----- world control (applied by the runner at the end of the step) ---------------------------
     def request_pause(self, pause: Any = True) -> World:
-        """Ask the runner to pause (``pause`` True) or play (False) from the next step (gz-sim's
-        ``events::Pause`` / WorldControl ``pause``). May be traced."""
-        p = jnp.asarray(pause, bool).astype(jnp.int32)
+        """Ask the runner to pause from the next step where ``pause`` is true (gz-sim's ``events::Pause``
+        / WorldControl ``pause``); where it is false this is no request (an earlier request of the step
+        stands), so a watchdog may call ``world.request_pause(condition)`` every step. To play, use
+        :meth:`request_play`. May be traced."""
+        p = jnp.where(jnp.asarray(pause, bool), jnp.int32(1), self.control.pause)
+        return dataclasses.replace(self, control=dataclasses.replace(self.control, pause=p))
+
+    def request_play(self, play: Any = True) -> World:
+        """Ask the runner to play (un-pause) from the next step where ``play`` is true (WorldControl
+        ``pause: false``); false is no request. May be traced."""
+        p = jnp.where(jnp.asarray(play, bool), jnp.int32(0), self.control.pause)
         return dataclasses.replace(self, control=dataclasses.replace(self.control, pause=p))
 
     def request_multi_step(self, steps: Any) -> World:
