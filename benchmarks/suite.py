@@ -17,6 +17,7 @@ import platform
 import statistics
 import time
 
+import equinox as eqx
 import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
@@ -258,7 +259,6 @@ def case_plain_calls():
     """Issue #22 item 1, as users call it: a plain js.simulate call repeated (goal: within 2x of the
     same call wrapped in eqx.filter_jit), the same call with a new t_final (no recompile), and a new
     Simulator on the same diagram (shares the compiled advance)."""
-    import equinox as eqx
 
     p, ctx = pendulum()
     integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8)
@@ -824,7 +824,7 @@ def case_mujoco_humanoid(steps=1000):
     u = 0.4 * np.random.default_rng(1).normal(size=plant.num_actuators())
     ctx = plant.get_input_port("actuation").fix_value(plant.create_default_context(), u)
     t_final = steps * plant.time_step
-    sim = eqx_jit(lambda c: plant.get_positions(js.simulate(plant, c, t_final).context))
+    sim = eqx.filter_jit(lambda c: plant.get_positions(js.simulate(plant, c, t_final).context))
     mx = mjx.put_model(plant.mj_model)
     d0 = mjx.make_data(mx).replace(ctrl=jnp.asarray(u))
     raw = jax.jit(lambda d: jax.lax.scan(lambda d, _: (mjx.step(mx, d), None), d, None, length=steps)[0].qpos)
@@ -867,7 +867,7 @@ def case_mujoco_batch(n=1024, raw_baseline=True):
         return plant.with_model_parameter(c, "body_mass", mass0.at[1].set(m_i))
 
     contexts = jax.vmap(member)(mass, mu)
-    sim = eqx_jit(lambda cs: js.batch_simulate(plant, cs, 1.5).result.context)
+    sim = eqx.filter_jit(lambda cs: js.batch_simulate(plant, cs, 1.5).result.context)
     mx = mjx.put_model(plant.mj_model)
     d0 = mjx.make_data(mx).replace(qpos=base.get_discrete_state(0), qvel=base.get_discrete_state(1))
 
@@ -925,12 +925,6 @@ def case_mujoco_grad(steps=1000):
         ("raw scan of RK4(mjx.forward), jax.grad", *timeit(jax.jit(jax.grad(raw_final)), 1.0, repeats=5)),
     ]
     return f"S10-grad acrobot (MJCF), grad through {steps} RK4 steps", rows
-
-
-def eqx_jit(fn):
-    import equinox as eqx
-
-    return eqx.filter_jit(fn)
 
 
 def case_sampled_pid():

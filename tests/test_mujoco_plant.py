@@ -301,3 +301,21 @@ def test_rendering_frames_and_gif(tmp_path):
     assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
     with pytest.raises(js.JaxsysError, match=r"positions must have shape"):
         render_frames(plant, np.zeros((2, 2)))
+
+
+def test_an_unconnected_input_is_zero_but_an_upstream_error_is_raised():
+    """Drake's optional inputs: an input port neither connected nor fixed reads as zero; a connected one
+    whose source cannot be evaluated raises (it was read as zero actuation before)."""
+    plant = MujocoPlant(model_path("acrobot"), time_step=0.0)
+    b = js.DiagramBuilder()
+    b.add_system(plant)
+    relay = b.add_system(js.PassThrough(1))  # its own input left unconnected
+    b.connect(relay.get_output_port(0), plant.get_input_port("actuation"))
+    diagram = b.build()
+    with pytest.raises(js.InputPortNotConnectedError, match=r"\(u\) of System .*PassThrough"):
+        js.simulate(diagram, diagram.create_default_context(), 0.1)
+    alone = plant.with_positions(plant.create_default_context(), jnp.array([0.3, 0.0]))
+    a0 = plant.get_output_port("generalized_acceleration").eval(alone)
+    a1 = plant.get_output_port("generalized_acceleration").eval(plant.get_input_port(0).fix_value(alone, [0.0]))
+    np.testing.assert_allclose(a0, a1, rtol=0, atol=1e-12)
+    assert float(jnp.abs(a0).max()) > 0.1  # gravity acts

@@ -54,8 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..framework.context import Context
-from ..framework.errors import DeclarationError, JaxsysError, PortError, StateError
+from ..framework.context import Context, default_float_dtype
+from ..framework.errors import DeclarationError, InputPortNotConnectedError, JaxsysError, PortError, StateError
 from ..framework.leaf_system import DiscreteStateIndex, LeafSystem, NumericParameterIndex
 from .results import BodyPoses, ContactResults
 
@@ -258,7 +258,7 @@ class MujocoPlant(LeafSystem):
             mj.opt.iterations = int(solver_iterations)
         self.time_step = time_step
         self._model = _MujocoModel(mj, where)
-        mx, _ = self._model.mjx(jnp.zeros(()).dtype)  # MJX's support check, at build time
+        mx, _ = self._model.mjx(default_float_dtype())  # MJX's support check, at build time
 
         # --- parameters ------------------------------------------------------------------------
         names = tuple(DEFAULT_MODEL_PARAMETERS if parameters is None else parameters)
@@ -331,7 +331,7 @@ class MujocoPlant(LeafSystem):
             self._calc_body_poses,
             direct_feedthrough=False,
         )
-        _, d0 = self._model.mjx(jnp.zeros(()).dtype)
+        _, d0 = self._model.mjx(default_float_dtype())
         ncon = int(d0._impl.contact.dist.shape[0]) if hasattr(d0, "_impl") else int(d0.contact.dist.shape[0])
         self.declare_abstract_output_port(
             "contact_results",
@@ -360,7 +360,7 @@ class MujocoPlant(LeafSystem):
         """The ``mjx.Model`` the plant computes with: the nominal one (floats in ``dtype``, default
         JAX's default float) or, given a context of this plant, with the context's parameters."""
         if context is None:
-            return self._model.mjx(dtype if dtype is not None else jnp.zeros(()).dtype)[0]
+            return self._model.mjx(dtype if dtype is not None else default_float_dtype())[0]
         return self._model_at(self._own(context))
 
     def is_discrete(self) -> bool:
@@ -600,11 +600,21 @@ class MujocoPlant(LeafSystem):
         return x[:nq], x[nq : nq + nv], x[nq + nv :], jnp.zeros((nv,), x.dtype)
 
     def _input(self, context: Context, index: int, n: int) -> Any:
+        """The input's value, or zeros when this port is neither connected nor fixed (Drake). A
+        connected port is evaluated as is: an error upstream (an unconnected controller input, say)
+        is raised, never read as zero input."""
         port = self.get_input_port(index)
         dtype = context.get_time().dtype
-        if port.has_value(context):
+        zeros = jnp.zeros((n,), dtype)
+        if context.inputs[index] is None:  # no value in this context: neither fixed nor fed by a diagram
+            return zeros
+        parent = self._spec.parent
+        if parent is not None and parent._is_input_connected(self, index):
             return jnp.asarray(port.eval(context), dtype)
-        return jnp.zeros((n,), dtype)
+        try:
+            return jnp.asarray(port.eval(context), dtype)
+        except InputPortNotConnectedError:  # this port, unconnected in its diagram
+            return zeros
 
     def _data_at(self, context: Context, m: Any) -> Any:
         _, d0 = self._model.mjx(context.get_time().dtype)
