@@ -23,6 +23,7 @@ from .analysis.batch import (
     shard_batch as shard_batch,
     stack_contexts as stack_contexts,
 )
+from .analysis.compile_cache import clear_caches as clear_caches
 from .analysis.event_loop import (
     PublishLog as PublishLog,
     advance_pending_events as advance_pending_events,
@@ -358,6 +359,7 @@ __all__ = [
     "advance_pending_events",
     "augmented_lagrangian",
     "batch_simulate",
+    "clear_caches",
     "continuous_algebraic_riccati",
     "controllability_matrix",
     "default_float_dtype",

@@ -27,13 +27,9 @@ def _release_compiled_code():
     """Drop compiled code after each test module: the suite compiles thousands of programs, and
     keeping them all (JAX's caches and jaxsys's entry-point caches) grows memory without bound."""
     yield
-    from jaxsys.analysis import batch, simulate, simulator
+    from jaxsys.analysis.compile_cache import clear_caches
 
-    simulate._COMPILED.clear()
-    simulate._MODES.clear()
-    simulator._ADVANCE.clear()
-    batch._RUNNERS.clear()
-    jax.clear_caches()
+    clear_caches()  # (jaxsys's caches and JAX's)
 
 
 def load_drake(name: str) -> dict:

@@ -114,7 +114,7 @@ def drake_fixed_steps(t0: float, tf: float, h_max: float, ok) -> tuple[list[floa
 def test_fixed_step_failures_are_retried_and_counted_as_drake(h_max):
     s = Linear(-1.0)
     ctx = s.create_default_context()
-    integ = _FailsAboveH(max_step_size=h_max, fixed_step_mode=True)
+    integ = _FailsAboveH(max_step_size=h_max, fixed_step_mode=True, extrapolate=False)
     r = js.simulate(s, ctx, 2.0, integ)
     steps, failures = drake_fixed_steps(0.0, 2.0, h_max, lambda h: h <= 0.3)
     st = r.stats.as_dict()
@@ -123,10 +123,12 @@ def test_fixed_step_failures_are_retried_and_counted_as_drake(h_max):
     assert st["num_substep_failures"] == failures
     assert st["num_step_shrinkages_from_substep_failures"] == failures
     assert st["num_step_shrinkages_from_error_control"] == 0
-    # the state is the product of implicit Euler steps of exactly those sizes (x' = -x + sin t)
+    # the state is the product of Drake's fixed implicit Euler steps of exactly those sizes, each kept
+    # as its two half steps (x' = -x + sin t)
     x, t = 1.0, 0.0
     for h in steps:
-        x = (x + h * np.sin(t + h)) / (1 + h)
+        xm = (x + 0.5 * h * np.sin(t + 0.5 * h)) / (1 + 0.5 * h)
+        x = (xm + 0.5 * h * np.sin(t + h)) / (1 + 0.5 * h)
         t += h
     np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), x, rtol=1e-9)
 

@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
+from .compile_cache import SystemCache, deref
 from .integrators import IntegratorBase
 from .results import SimulationResult
 from .simulate import simulate
@@ -185,21 +186,23 @@ def _pad(tree: Any, total: int) -> Any:
     return jax.tree_util.tree_map(pad, tree)
 
 
-_RUNNERS: dict[Any, Any] = {}
+_RUNNERS: SystemCache[Any] = SystemCache("batch_simulate", maxsize=64)
 
 
 def _runner(system: System, integrator: Any, t_final: float, save_at: Any, record: Any, options: Any) -> Any:
     """The jitted vmap(simulate) for these settings (cached: one compilation per configuration)."""
-    key = (id(system), integrator, t_final, save_at, record, options)
-    if key not in _RUNNERS:
+    key = (integrator, t_final, save_at, record, options)
+
+    def build(ref: Any) -> Any:
         kwargs = dict(options)
         ts = None if save_at is None else np.asarray(save_at)
 
         def one(ctx: Context) -> SimulationResult:
-            return simulate(system, ctx, t_final, integrator, save_at=ts, record=record, **kwargs)
+            return simulate(deref(ref), ctx, t_final, integrator, save_at=ts, record=record, **kwargs)
 
-        _RUNNERS[key] = (system, jax.jit(jax.vmap(one)))  # the system is kept alive with its id
-    return _RUNNERS[key][1]
+        return jax.jit(jax.vmap(one))  # (the system is reached weakly: a dropped system is freed)
+
+    return _RUNNERS.get(system, key, build)
 
 
 def shard_batch(

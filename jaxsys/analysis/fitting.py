@@ -33,6 +33,7 @@ import optax
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
+from .compile_cache import SystemCache, deref
 from .integrators import IntegratorBase, RungeKutta4Integrator
 from .simulate import simulate
 
@@ -184,7 +185,7 @@ def _check_measurements(system: System, contexts: list[Context], times: Any, mea
         raise JaxsysError("fit_parameters: times must be finite.")
 
 
-_FIT_CACHE: dict[Any, Any] = {}
+_FIT_CACHE: SystemCache[Any] = SystemCache("fit_parameters", maxsize=32)
 _DEFAULT_ADAM: dict[float, Any] = {}
 FIT_CHECK = 25  # with a tolerance, Adam's losses are looked at every this many steps
 
@@ -265,7 +266,6 @@ def fit_parameters(
     names = tuple(params)
     times_key = (np.shape(times), np.asarray(times).tobytes()) if not isinstance(times, jax.core.Tracer) else None
     base_key = (
-        id(system),
         tuple((n, params[n]) for n in names),
         times_key,
         _key(observe),
@@ -275,16 +275,21 @@ def fit_parameters(
         str(measurements.dtype),
     )
 
-    def loss_of(z: Mapping[str, Any], batch: Context, measurements: Any) -> jax.Array:
-        values = {n: p.from_unconstrained(z[n]) for n, p in params.items()}
-        ctxs = jax.vmap(lambda c: set_parameters(c, params, values))(batch)
-        return trajectory_loss(system, ctxs, times, measurements, observe, integrator)
+    def make_loss(ref: Any) -> Callable[..., jax.Array]:
+        # (the cached fit reaches the system through a weak reference: a dropped system is freed)
+        def loss_of(z: Mapping[str, Any], batch: Context, measurements: Any) -> jax.Array:
+            values = {n: p.from_unconstrained(z[n]) for n, p in params.items()}
+            ctxs = jax.vmap(lambda c: set_parameters(c, params, values))(batch)
+            return trajectory_loss(deref(ref), ctxs, times, measurements, observe, integrator)
+
+        return loss_of
 
     t0 = time.perf_counter()
     if method == "adam":
         return _fit_adam(
+            system,
             base_key,
-            loss_of,
+            make_loss,
             z,
             batch,
             measurements,
@@ -316,8 +321,9 @@ def fit_parameters(
 
 
 def _fit_adam(
+    system: System,
     base_key: Any,
-    loss_of: Callable[..., jax.Array],
+    make_loss: Callable[[Any], Callable[..., jax.Array]],
     z: dict[str, Any],
     batch: Context,
     measurements: Any,
@@ -336,18 +342,18 @@ def _fit_adam(
 
     (A ``lax.scan`` over the steps was measured slower: XLA compiles the differentiated simulation
     less well inside an outer loop — 0.305 s vs 0.210 s for 300 pendulum-fit steps.)"""
-    key = ("adam", base_key, _key(optimizer))
-    if key not in _FIT_CACHE:
+
+    def build(ref: Any) -> Any:
+        loss_of = make_loss(ref)
 
         def step(z: Any, s: Any, batch: Context, meas: Any) -> Any:
             loss, g = jax.value_and_grad(loss_of)(z, batch, meas)
             updates, s = optimizer.update(g, s, z)
             return optax.apply_updates(z, updates), s, loss
 
-        if len(_FIT_CACHE) >= 32:
-            _FIT_CACHE.pop(next(iter(_FIT_CACHE)))
-        _FIT_CACHE[key] = jax.jit(step)
-    step = _FIT_CACHE[key]
+        return jax.jit(step)
+
+    step = _FIT_CACHE.get(system, ("adam", base_key, _key(optimizer)), build)
     s = optimizer.init(z)
     losses: list[Any] = []
     inputs: list[Any] = []
@@ -421,7 +427,8 @@ def _fit_least_squares(
     known = not isinstance(times, jax.core.Tracer)
     t_final = float(np.max(times)) if known else jnp.max(times)
 
-    def residuals_of_values(values: jax.Array, batch: Context, meas: Any) -> jax.Array:
+    def residuals_of(ref: Any, values: jax.Array, batch: Context, meas: Any) -> jax.Array:
+        system = deref(ref)
         vals = {n: values[i] for i, n in enumerate(names)}
         ctxs = jax.vmap(lambda c: set_parameters(c, params, vals))(batch)
 
@@ -435,8 +442,9 @@ def _fit_least_squares(
     def to_values(u: jax.Array) -> jax.Array:
         return jnp.stack([params[n].from_unconstrained(u[i]) for i, n in enumerate(names)])
 
-    key = ("lsq", base_key)
-    if key not in _FIT_CACHE:
+    def build(ref: Any) -> Any:
+        def residuals_of_values(values: jax.Array, batch: Context, meas: Any) -> jax.Array:
+            return residuals_of(ref, values, batch, meas)
 
         def linearize(u: jax.Array, batch: Context, meas: Any) -> Any:
             r = residuals_of_values(to_values(u), batch, meas)
@@ -452,8 +460,9 @@ def _fit_least_squares(
             jac = jax.jacfwd(lambda v: residuals_of_values(v, batch, meas))(values)
             return r, jac
 
-        _FIT_CACHE[key] = (jax.jit(linearize), jax.jit(cost), jax.jit(covariance))
-    linearize, cost, covariance = _FIT_CACHE[key]
+        return (jax.jit(linearize), jax.jit(cost), jax.jit(covariance))
+
+    linearize, cost, covariance = _FIT_CACHE.get(system, ("lsq", base_key), build)
     u = jnp.stack([z[n] for n in names])
     n_res = int(np.prod(measurements.shape))
     lam = 1e-3 if method == "levenberg_marquardt" else 0.0

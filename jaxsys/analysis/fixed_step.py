@@ -21,6 +21,7 @@ import numpy as np
 
 from ..framework.context import Context
 from ..framework.event_status import FAILED
+from ..framework.events import SIMULTANEITY_RTOL, SIMULTANEITY_ULPS
 from .event_loop import EventProgram, get_rest, set_rest
 from .loops import Run
 from .recording import record_buffer, write_row
@@ -31,22 +32,31 @@ Array = jax.Array
 
 
 def plan_fixed_steps(
-    h: float, t0: float, t_final: Any, ts: np.ndarray | None
+    h: float, t0: float, t_final: Any, ts: np.ndarray | None, dtype: Any = np.float64
 ) -> tuple[int, np.ndarray | None, bool] | None:
     """Static plan of a fixed-step run: (number of steps, step index of each save time, whether the
     span is a whole number of steps), or None when the run cannot be a scan (t_final or the save
-    times only known at run time, or save times off the step grid)."""
+    times only known at run time, or save times off the step grid).
+
+    Times are on the grid when they are simultaneous with a grid time in the sense of
+    :func:`~jaxsys.framework.events.time_tolerance` (for ``dtype``), the rule every loop uses: a save
+    time just past a grid time (and a periodic event there) is not snapped back to it, so the record
+    sees the update due at that grid time, as the while loop's record (and Drake's ``AdvanceTo``) does."""
     if t_final is None or ts is None:
         return None
-    span = float(t_final) - t0
-    n = max(int(np.ceil(span / h - 1e-9)), 0)
-    exact = abs(t0 + n * h - float(t_final)) <= 1e-9 * h
+    rtol = max(SIMULTANEITY_RTOL, SIMULTANEITY_ULPS * float(np.finfo(dtype).eps))
+    tf = float(t_final)
+    tol = rtol * max(1.0, abs(tf))
+    span = tf - t0
+    n = max(int(np.ceil((span - tol) / h)), 0)
+    exact = abs(t0 + n * h - tf) <= tol
     if ts.size == 0:
         return n, None, exact
+    ts = np.asarray(ts, np.float64)
     idx = np.rint((ts - t0) / h).astype(np.int64)
-    scale = max(1.0, abs(float(t_final)))
-    at_end = np.abs(ts - float(t_final)) <= 1e-12 * scale
-    on_grid = np.abs(t0 + idx * h - ts) <= 1e-9 * scale
+    tol_ts = rtol * np.maximum(1.0, np.abs(ts))
+    at_end = np.abs(ts - tf) <= tol
+    on_grid = np.abs(t0 + idx * h - ts) <= tol_ts
     if not np.all(on_grid | at_end):
         return None
     idx = np.where(at_end, n, np.minimum(idx, n))
@@ -67,7 +77,9 @@ class FixedStepScan:
         self.save_idx = save_idx if save_idx is not None else np.zeros(0, np.int64)
         self.exact = exact
         self.program: EventProgram | None = events[0] if events is not None else None
-        self.updates_at_start = events[5] if events is not None else True
+        # the first step's start-of-step updates (False once done before the loop for a save at the
+        # start time; whether the periodic events due at the start are among them is in the counters)
+        self.first_updates = True
         self.events0 = events
         self.h = float(run.integrator.max_step_size)
         # first same as last (without events): the carry holds the derivative at the current state
@@ -112,7 +124,7 @@ class FixedStepScan:
         can_stop = program.can_stop
         live = ~program.stopped(status) if can_stop else jnp.array(True)
         base = set_rest(run.context.with_time(t).with_continuous_state(x), rest)
-        gate = (n > 0) | self.updates_at_start
+        gate = (n > 0) | self.first_updates
         gate = gate & live if can_stop else gate
         base, k_ev, n_u, n_d, u_status = program.updates(base, k_ev, gate)
         status = program.fold_in(status, u_status)
@@ -155,7 +167,7 @@ class FixedStepScan:
             carry0 = (run.x0, run.f(run.t0, run.x0) if self.fsal else ())
         n_save = int(run.ts.shape[0])
         m = int(idx[0]) if idx.size else 0
-        if self.program is not None and n_save and m == 0 and self.updates_at_start:
+        if self.program is not None and n_save and m == 0:
             # a save at the start time sees the state after the updates due then (Drake's AdvanceTo(t0));
             # the first step then skips them
             carry0 = self._start_updates(carry0)
@@ -178,7 +190,7 @@ class FixedStepScan:
         if program.can_stop:
             t_stop = jnp.where(program.stopped(status), run.t0, t_stop)
         counts = counts + jnp.stack([jnp.zeros((), jnp.int32), n_d, n_u])
-        self.updates_at_start = False
+        self.first_updates = False
         return (base.get_continuous_state_vector(), (get_rest(base), k_ev, logs, counts, status, t_stop, n_taken))
 
     def _save_regular(self, carry0: Any, m: int, n_save: int) -> tuple[Any, Any]:

@@ -35,6 +35,7 @@ from ..framework.errors import JaxsysError
 from ..framework.event_status import REACHED_TERMINATION, EventStatus
 from ..framework.events import time_tolerance
 from ..framework.system import System
+from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, get_rest, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
 from .integrators import IntegratorBase, RungeKutta3Integrator
@@ -158,6 +159,7 @@ def simulate(
     dense_output: bool = False,
     pending_witness_events: Any = None,
     monitor: Callable[[Context], Any] | None = None,
+    at_least_one_step: bool = False,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -208,6 +210,10 @@ def simulate(
       publishes, and after the initialization publishes (Drake's ``Simulator::set_monitor``). A
       ``reached_termination`` status stops the run there; ``failed`` stops it with an error (or the
       ``EVENT_FAILED`` status with ``throw=False``). Must be pure (it is traced).
+    - `at_least_one_step`: take one step even when ``t_final`` is the start time (a step of zero
+      length: the updates due now, the per-step publishes, the monitor), as every call of Drake's
+      ``AdvanceTo`` does; the :class:`~jaxsys.Simulator`'s ``advance_to(now)`` and
+      ``advance_pending_events()`` pass True. Default False: a run to its own start time takes no step.
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see :mod:`jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -282,6 +288,7 @@ def simulate(
         checkpoints=checkpoints,
         dense_output=dense_output,
         monitor=monitor,
+        at_least_one_step=at_least_one_step,
         # (saves one step can span, while the save times are known: sizes the dense saving loop)
         dense_window=dense_window(save_at, integrator.max_step_size) if dense_output and save_at is not None else None,
     )
@@ -295,8 +302,8 @@ def _any_tracer(tree: Any) -> bool:
 
 
 _ENTRY_CACHE: dict[str, Any] = {"enabled": True, "traces": 0, "size": 64}
-_COMPILED: dict[Any, Any] = {}
-_MODES: dict[Any, Any] = {}
+_COMPILED: SystemCache[Any] = SystemCache("simulate", maxsize=64)
+_MODES: SystemCache[Any] = SystemCache("simulate modes", maxsize=256)
 
 
 def _compiled_run(
@@ -319,16 +326,17 @@ def _compiled_run(
     """
     integrator = options["integrator"]
     c_t0, c_tf = float(concrete(context.get_time())), float(concrete(t_final))
-    mode_key = (id(system), integrator)
-    if mode_key not in _MODES:
+
+    def mode(ref: Any) -> tuple[bool, Any]:
         # (a method call on an equinox Module costs ~0.1 ms: asked once per configuration)
         scan_possible = integrator.get_fixed_step_mode() and not integrator.can_fail()
         # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
         # recompile (the cache key holds the integrator with a placeholder accuracy)
         traced = integrator.target_accuracy is not None and not integrator.get_fixed_step_mode()
         template = integrator._with_traced_accuracy("traced") if traced else None
-        _MODES[mode_key] = (system, not program and not scan_possible, template)
-    dynamic_times, template = _MODES[mode_key][1:]
+        return (not program and not scan_possible, template)
+
+    dynamic_times, template = _MODES.get(system, integrator, mode)
     traced_accuracy = template is not None
     c_ts = None if save_at is None else np.asarray(concrete(save_at), dtype=np.float64).reshape(-1)
     if dynamic_times:
@@ -336,10 +344,12 @@ def _compiled_run(
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
     key_options = dict(options, integrator=template) if traced_accuracy else options
-    key = (id(system), times_key, tuple(sorted((k, _hashable(v)) for k, v in key_options.items())), pending is None)
-    entry = _COMPILED.get(key)
-    if entry is None:
+    key = (times_key, tuple(sorted((k, _hashable(v)) for k, v in key_options.items())), pending is None)
+    monitor = options.get("monitor")
 
+    def build(ref: Any) -> Any:
+        # (the compiled body reaches the system through a weak reference, and builds its event
+        # program when traced: the cache does not keep a dropped system alive)
         def with_accuracy(acc: Any) -> dict[str, Any]:
             return dict(options, integrator=integrator._with_traced_accuracy(acc)) if traced_accuracy else options
 
@@ -347,23 +357,29 @@ def _compiled_run(
 
             def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
-                return _simulate_body(system, program, ctx, tf, ts, pend, None, **with_accuracy(acc))
+                system = deref(ref)
+                return _simulate_body(
+                    system, EventProgram(system, monitor), ctx, tf, ts, pend, None, **with_accuracy(acc)
+                )
 
         else:
 
             def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
-                return _simulate_body(system, program, ctx, c_tf, c_ts, pend, c_t0, **with_accuracy(acc))
+                system = deref(ref)
+                return _simulate_body(
+                    system, EventProgram(system, monitor), ctx, c_tf, c_ts, pend, c_t0, **with_accuracy(acc)
+                )
 
-        if len(_COMPILED) >= _ENTRY_CACHE["size"]:
-            _COMPILED.pop(next(iter(_COMPILED)))
-        entry = (system, eqx.filter_jit(body))  # (the system is kept alive with its id)
-        _COMPILED[key] = entry
+        return eqx.filter_jit(body)
+
+    _COMPILED.maxsize = _ENTRY_CACHE["size"]
+    compiled = _COMPILED.get(system, key, build)
     dtype = context.get_time().dtype
     tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
     ts_arg = None if c_ts is None or not dynamic_times else np.asarray(c_ts, dtype)
     acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
-    return entry[1](context, tf_arg, ts_arg, pending, acc_arg)
+    return compiled(context, tf_arg, ts_arg, pending, acc_arg)
 
 
 def _hashable(value: Any) -> Any:
@@ -399,6 +415,7 @@ def _simulate_body(
     dense_output: bool,
     monitor: Any = None,
     dense_window: int | None = None,
+    at_least_one_step: bool = False,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point)."""
@@ -428,9 +445,9 @@ def _simulate_body(
         not program.witnesses and not program.timed_leaves and program.aligned(t0_plan, integrator.max_step_size)
     )
     # (a method whose steps can fail, the implicit ones, retries failed steps: the while loop)
-    if fixed and events_fit_scan and not integrator.can_fail():
+    if fixed and events_fit_scan and not integrator.can_fail() and not at_least_one_step:
         c_ts = np.zeros(0) if save_at is None else concrete(save_at)
-        plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts)
+        plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts, context.get_time().dtype)
     if plan is not None:
         _pending_flags(program, pending_witness_events)  # (checked: a system without witnesses)
         scan_events = events[:5] + (updates_at_start, events[5]) if program else None
@@ -450,6 +467,7 @@ def _simulate_body(
             make_while_loop(loop, checkpoints),
             witness_isolation,
             dense_window,
+            at_least_one_step,
         )
         raw = stepper.simulate(events0)
     progress.close(run.aux["progress"][1], raw.t)

@@ -22,7 +22,8 @@ from ..framework.drake_names import drake_name_error
 from ..framework.errors import JaxsysError
 from ..framework.event_status import EventStatus
 from ..framework.system import System
-from .event_loop import EventProgram, PublishLog, advance_pending_events
+from .compile_cache import SystemCache, deref
+from .event_loop import EventProgram, PublishLog
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .results import (
     STATUS_MAX_STEPS as STATUS_MAX_STEPS,
@@ -43,7 +44,7 @@ from .simulate import simulate as simulate
 Array = jax.Array
 
 
-_ADVANCE: dict[Any, Any] = {}
+_ADVANCE: SystemCache[Any] = SystemCache("Simulator.advance_to", maxsize=64)
 _ADVANCE_TRACES = [0]  # how many times an advance was traced (tests check that reuse does not retrace)
 
 
@@ -140,18 +141,19 @@ class Simulator:
         self._sim_start = 0.0
         self._monitor: Any = None
 
-    def _advance_fn(self, updates_at_start: bool) -> Any:
+    def _advance_fn(self, updates_at_start: bool, zero_length: bool = False) -> Any:
         """The compiled advance for this configuration, shared by every Simulator of the same system
         and integrator (a new Simulator on the same diagram does not recompile)."""
-        key = (id(self._system), self._integrator, updates_at_start, self._witness_isolation, self._monitor)
-        if key not in _ADVANCE:
-            system, integrator, isolation = self._system, self._integrator, self._witness_isolation
-            monitor = self._monitor
+        key = (self._integrator, updates_at_start, self._witness_isolation, self._monitor, zero_length)
+        integrator, isolation, monitor = self._integrator, self._witness_isolation, self._monitor
 
+        def build(ref: Any) -> Any:
+            # (the compiled advance reaches the system through a weak reference: a dropped system is
+            # freed with it)
             def advance(context: Context, t_final: Array, pending: Any) -> SimulationResult:
                 _ADVANCE_TRACES[0] += 1
                 return simulate(
-                    system,
+                    deref(ref),
                     context,
                     t_final,
                     integrator,
@@ -160,14 +162,13 @@ class Simulator:
                     pending_witness_events=pending,
                     witness_isolation=isolation,
                     monitor=monitor,
+                    at_least_one_step=zero_length,
                 )
 
-            if len(_ADVANCE) >= 64:
-                _ADVANCE.pop(next(iter(_ADVANCE)))
-            # (filter_jit: run-time errors arrive as a clean EquinoxRuntimeError; the system is kept
-            # alive with its id)
-            _ADVANCE[key] = (system, eqx.filter_jit(advance))
-        return _ADVANCE[key][1]
+            # (filter_jit: run-time errors arrive as a clean EquinoxRuntimeError)
+            return eqx.filter_jit(advance)
+
+        return _ADVANCE.get(self._system, key, build)
 
     def initialize(self) -> SimulatorStatus:
         """Run the initialization events, then publishes due at the start time and the monitor
@@ -229,9 +230,10 @@ class Simulator:
 
         Updates due exactly at ``boundary_time`` stay pending (performed by the next ``advance_to``
         or by :meth:`advance_pending_events`); publishes due then are done. ``advance_to`` the current
-        time performs the updates due now (``advance_to(t0)`` after creation sees the state after the
-        start time's updates, as Drake's ``AdvanceTo(t0)`` does). An event handler or the monitor that
-        reaches termination stops the advance early (the status says when and why; a later
+        time takes one step of zero length, which performs the updates due now, then the per-step
+        publishes and the monitor (``advance_to(t0)`` after creation sees the state after the start
+        time's updates), as every call of Drake's ``AdvanceTo`` takes at least one step. An event
+        handler or the monitor that reaches termination stops the advance early (the status says when and why; a later
         ``advance_to`` goes on from there, as Drake's); one that fails raises an error naming the
         system and message.
         """
@@ -244,17 +246,16 @@ class Simulator:
             raise JaxsysError(
                 f"Simulator.advance_to({boundary_time}): the context is already at t={t}; time cannot go backwards."
             )
-        if boundary_time == t:
-            # Drake's AdvanceTo(now) performs the updates due now (its loop's first step starts with them)
-            # and integrates nothing; they are not repeated by the next advance_to
-            return self.advance_pending_events()
-        fn = self._advance_fn(self._updates_at_start)
+        # (Drake's AdvanceTo takes at least one step: to the time it is at, a step of zero length that
+        # performs the updates due now, then the per-step publishes and the monitor)
+        fn = self._advance_fn(self._updates_at_start, boundary_time == t)
         result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype), self._pending)
         self._last_result = result
         self._log_parts.append(tuple(result.publish_logs))
         self._pending = result.pending_witness_events
         self._context = result.context
-        self._updates_at_start = True
+        # (a step of zero length performed the periodic updates due now: the next step does not repeat them)
+        self._updates_at_start = boundary_time != t
         for k, v in result.stats.as_dict().items():
             if k.startswith("num_"):
                 self._stats[k] = self._stats.get(k, 0) + v
@@ -280,16 +281,16 @@ class Simulator:
 
     def advance_pending_events(self) -> SimulatorStatus:
         """Perform the updates due at the current time (Drake: ``AdvancePendingEvents``); returns a
-        :class:`~jaxsys.SimulatorStatus`."""
+        :class:`~jaxsys.SimulatorStatus`.
+
+        As Drake's, this is ``advance_to(current time)``: one step of zero length, which performs the
+        updates due now (periodic, per-step, and those of witnesses that triggered at the end of the
+        last step), then the per-step publishes and the monitor, and counts as a step."""
         if not self._initialized:
-            self.initialize()
-        t = float(self._context.get_time())
-        if self._updates_at_start:
-            self._context = advance_pending_events(self._system, self._context, self._pending, count_into=self._stats)
-            self._updates_at_start = False
-            self._pending = jnp.zeros_like(self._pending)
-        self._last_status = SimulatorStatus(SimulatorStatusReason.REACHED_BOUNDARY_TIME, t, t)
-        return self._last_status
+            status = self.initialize()
+            if status.reached_termination():
+                return status
+        return self.advance_to(float(self._context.get_time()))
 
     def set_monitor(self, monitor: Any) -> None:
         """Call ``monitor(context) -> EventStatus or None`` at the end of every step, after its

@@ -149,8 +149,11 @@ class StepLoop:
         while_loop: WhileLoop,
         witness_isolation: bool = True,
         dense_window: int | None = None,
+        at_least_one_step: bool = False,
     ) -> None:
         self.run = run
+        # (Drake's AdvanceTo takes a step even to the time it is at: a step of zero length)
+        self.at_least_one_step = at_least_one_step
         self.fixed = fixed
         self.program = program if program else None
         self.witness_iterations = witness_iterations
@@ -292,8 +295,11 @@ class StepLoop:
 
         # witness updates pending from the last step are consumed by this step's updates
         events = ev._replace(rest=rest, periodic=k_ev, witness_pending=ev.witness_pending & ev.step_open, status=status)
-        # a step never jumps over a periodic event: it is truncated to land on it
-        boundary = jnp.minimum(boundary, program.next_event_time(k_ev, t.dtype))
+        # a step never jumps over a periodic event: it is truncated to land on it; an event time
+        # simultaneous with the target (time_tolerance) is the target, so a save time a hair past an
+        # event time sees the state before that event's updates, as the fixed-step scan's does
+        t_ev = program.next_event_time(k_ev, t.dtype)
+        boundary = jnp.where(t_ev < boundary - time_tolerance(boundary), t_ev, boundary)
         timed = program.next_timed(base)
         if timed is not None:
             # nor over a time a system asked for (Drake's CalcNextUpdateTime, after the updates); a time
@@ -503,7 +509,10 @@ class StepLoop:
             return self.step(body_target, c)
 
         def cond(c: LoopState) -> Array:
-            return (c.clock.t < target) & self.running(c)
+            more = c.clock.t < target
+            if self.at_least_one_step:
+                more = more | (c.counters.steps == 0)
+            return more & self.running(c)
 
         return self.while_loop(cond, body, s, self.integrator.max_steps)
 

@@ -1,0 +1,196 @@
+"""One scenario through every path of Drake's Step, one answer: Drake's (issue #35, item 2).
+
+The step is taken by the while loop (error control, or a fixed-step method that may fail), the
+fixed-step scan (a known step count), the Simulator's ``advance_to`` / ``advance_pending_events`` and
+the functional ``advance_pending_events``. Each scenario below once gave different answers on
+different paths; each now runs through all of them and is checked against Drake's answer (worked out
+from Drake's ``Simulator::AdvanceTo`` and the integrators' source, and for fixed-step implicit Euler
+the numbers pydrake 1.51 prints).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsys as js
+
+
+class Counter(js.LeafSystem):
+    """x' = 1; a discrete counter incremented every 0.1 s from 0; a per-step publish of the counter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declare_continuous_state(1)
+        self.declare_discrete_state(jnp.zeros(1))
+        self.declare_periodic_discrete_update_event(0.1, 0.0, lambda c, ds: c.get_discrete_state(0) + 1.0)
+        self.declare_per_step_publish_event(lambda c: c.get_discrete_state(0)[0], name="count")
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones(1, context.get_time().dtype)
+
+
+def _paths(h: float = 0.05) -> dict[str, js.IntegratorBase]:
+    return {
+        "scan RK4": js.RungeKutta4Integrator(max_step_size=h),
+        "scan RK3": js.RungeKutta3Integrator(max_step_size=h, fixed_step_mode=True),
+        "while RK3 error-controlled": js.RungeKutta3Integrator(max_step_size=h),
+        "while implicit Euler fixed": js.ImplicitEulerIntegrator(max_step_size=h, fixed_step_mode=True),
+    }
+
+
+@pytest.fixture(scope="module")
+def counter():
+    return Counter()
+
+
+# Drake: the update at 0.3 happens at the start of the step after the one that lands on 0.3, so a
+# record at 0.3 sees 3 updates (0, 0.1, 0.2) and one a hair later 4. Times within the simultaneity
+# tolerance (js.framework.events.time_tolerance: 1e-12 relative in float64) are 0.3 itself.
+@pytest.mark.parametrize("offset,count", [(0.0, 3), (1e-13, 3), (1e-10, 4), (-1e-10, 3)])
+def test_periodic_counter_recorded_just_past_its_update_time(counter, offset, count):
+    t_save = 0.3 + offset
+    got = {}
+    for name, integ in _paths().items():
+        r = js.simulate(
+            counter,
+            counter.create_default_context(),
+            0.5,
+            integ,
+            save_at=np.array([t_save]),
+            record=lambda c: c.get_discrete_state(0)[0],
+        )
+        got[name] = float(r.ys[0])
+    sim = js.Simulator(counter, counter.create_default_context(), js.RungeKutta4Integrator(max_step_size=0.05))
+    sim.advance_to(t_save)
+    got["Simulator.advance_to"] = float(sim.get_context().get_discrete_state(0)[0])
+    assert got == {k: count for k in got}, got
+
+
+def test_periodic_counter_float32_uses_float32_simultaneity(counter):
+    # float32: times within 8 ulp (~1e-6 s at 0.3) are simultaneous; 1e-4 s past is after the update
+    with jax.enable_x64(False):
+        for offset, count in [(2e-7, 3), (1e-4, 4)]:
+            for name, integ in _paths().items():
+                ctx = counter.create_default_context()
+                assert ctx.get_time().dtype == jnp.float32
+                r = js.simulate(
+                    counter,
+                    ctx,
+                    0.5,
+                    integ,
+                    save_at=np.array([0.3 + offset]),
+                    record=lambda c: c.get_discrete_state(0)[0],
+                )
+                assert float(r.ys[0]) == count, (name, offset)
+
+
+@pytest.mark.parametrize("kind", ["fixed", "error-controlled"])
+def test_advance_pending_events_is_advance_to_now(counter, kind):
+    # Drake: AdvancePendingEvents() is AdvanceTo(now), and every AdvanceTo takes at least one step: a
+    # step of zero length does the updates due now, then the per-step publishes. From t = 0 with
+    # h = 0.2 (the boundary 0.1 limits the first step): Initialize publishes 0; AdvanceTo(0.1): one
+    # step (update at 0 -> 1), publish 1; AdvancePendingEvents: one step (update at 0.1 -> 2), publish 2;
+    # AdvanceTo(0.1) again: one step, nothing due, publish 2; AdvanceTo(0.2): one step, publish 2
+    # (the update at 0.2 is pending).
+    if kind == "fixed":
+        integ = js.RungeKutta4Integrator(max_step_size=0.2)
+    else:
+        integ = js.RungeKutta3Integrator(max_step_size=0.2, target_accuracy=1e-3)
+    sim = js.Simulator(counter, counter.create_default_context(), integ)
+    sim.initialize()
+    sim.advance_to(0.1)
+    n1 = sim.get_num_steps_taken()
+    log1 = list(sim.get_publish_log("count").data().ravel())
+    assert log1[0] == 0.0 and log1[-1] == 1.0 and len(log1) == 1 + n1
+    status = sim.advance_pending_events()
+    assert status.succeeded() and float(sim.get_context().get_time()) == pytest.approx(0.1)
+    assert sim.get_num_steps_taken() == n1 + 1
+    assert list(sim.get_publish_log("count").data().ravel()) == log1 + [2.0]
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 2.0
+    sim.advance_to(0.1)
+    assert sim.get_num_steps_taken() == n1 + 2
+    assert list(sim.get_publish_log("count").data().ravel()) == log1 + [2.0, 2.0]
+    sim.advance_to(0.2)
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 2.0  # (the update at 0.2 is pending)
+    log = sim.get_publish_log("count").data().ravel()
+    assert log[-1] == 2.0
+    # the functional form performs the same updates (it has no steps or publishes to count)
+    ctx = js.advance_pending_events(counter, sim.get_context(), None)
+    assert float(ctx.get_discrete_state(0)[0]) == 3.0
+
+
+class Crossing(js.LeafSystem):
+    """x' = 1 from 0; a witness 0.55 - x with a discrete update counting its crossings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declare_continuous_state(1)
+        self.declare_discrete_state(jnp.zeros(1))
+        self.declare_witness_function(
+            "x reaches 0.55",
+            "positive_then_non_positive",
+            lambda c: 0.55 - c.get_continuous_state_vector()[0],
+            js.DiscreteUpdateEvent(lambda c, ds: c.get_discrete_state(0) + 1.0),
+        )
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones(1, context.get_time().dtype)
+
+
+@pytest.mark.parametrize("isolation", [True, False])
+@pytest.mark.parametrize("integ", ["RK3", "RK4"])
+def test_crossing_in_the_last_step_stays_pending(isolation, integ):
+    # the last step (0.4 -> 0.6) crosses at 0.55; its update is pending at the end of the run, fired by
+    # the next step's start or advance_pending_events (Drake keeps it pending with or without isolation)
+    s = Crossing()
+    integrator = {
+        "RK3": js.RungeKutta3Integrator(max_step_size=0.2, target_accuracy=1e-3),
+        "RK4": js.RungeKutta4Integrator(max_step_size=0.2),
+    }[integ]
+    r = js.simulate(s, s.create_default_context(), 0.6, integrator, witness_isolation=isolation)
+    pending = bool(np.asarray(r.pending_witness_events)[0])
+    if isolation:
+        # the step is cut just past 0.55 and the update is done at the next step's start, before 0.6
+        assert float(r.context.get_discrete_state(0)[0]) == 1.0 and not pending
+    else:
+        assert float(r.context.get_discrete_state(0)[0]) == 0.0 and pending
+        after = js.advance_pending_events(s, r.context, r.pending_witness_events)
+        assert float(after.get_discrete_state(0)[0]) == 1.0
+    sim = js.Simulator(s, s.create_default_context(), integrator, witness_isolation=isolation)
+    sim.advance_to(0.6)
+    sim.advance_pending_events()
+    assert float(sim.get_context().get_discrete_state(0)[0]) == 1.0
+    assert float(sim.get_context().get_time()) == pytest.approx(0.6)
+
+
+class Quadratic(js.LeafSystem):
+    """x' = 14 t + 7, x(0) = 3: x = 7 t^2 + 7 t + 3."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declare_continuous_state(1)
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.reshape(14.0 * context.get_time() + 7.0, (1,))
+
+
+@pytest.mark.parametrize("extrapolate,expected", [(False, 37.125), (True, 29.25)])
+def test_fixed_step_implicit_euler_keeps_what_error_control_keeps(extrapolate, expected):
+    # pydrake 1.51, fixed-step ImplicitEulerIntegrator, h = 1.5: 37.125 (two half steps), error
+    # estimate 7.875 (= 45 - 37.125, the full step minus the half steps). jaxsys's default extrapolates
+    # (2 x_half - x_full = 29.25, exact for this quadratic); the estimate is the same.
+    s = Quadratic()
+    ctx = s.create_default_context().with_continuous_state(jnp.array([3.0]))
+    integ = js.ImplicitEulerIntegrator(max_step_size=1.5, fixed_step_mode=True, extrapolate=extrapolate)
+    r = js.simulate(s, ctx, 1.5, integ)
+    assert float(r.context.get_continuous_state_vector()[0]) == pytest.approx(expected, rel=1e-12)
+
+    def f(t, x):
+        return jnp.reshape(14.0 * t + 7.0, (1,))
+
+    x_new, err, ok = integ.attempt_step(f, jnp.asarray(0.0), jnp.array([3.0]), jnp.asarray(1.5), {})
+    assert bool(ok) and float(x_new[0]) == pytest.approx(expected, rel=1e-12)
+    assert abs(float(err[0])) == pytest.approx(7.875, rel=1e-12)
