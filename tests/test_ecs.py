@@ -284,3 +284,20 @@ def test_bridged_stiff_plant_never_accepts_unconverged_steps():
     # fail are halved) is within 1e-5, and mass is conserved
     np.testing.assert_allclose(y[[0, 2]], [0.8413637, 0.1586201], atol=1e-5)
     assert abs(y.sum() - 1.0) < 1e-12
+
+
+def test_bridge_refuses_plants_whose_events_it_would_skip():
+    # Before: a plant with a zero-order hold (a periodic discrete update) was bridged with its held value
+    # frozen at the default forever, silently. The bridge advances continuous state only: refused, named.
+    p = Pendulum()
+    hold = js.ZeroOrderHold(0.1, 2, name="hold")
+    b = js.DiagramBuilder()
+    b.add_system(p)
+    b.add_system(hold)
+    b.connect(p.get_output_port(0), hold.get_input_port(0))
+    b.export_input(p.get_input_port(0))
+    d = b.build()
+    with pytest.raises(js.JaxsysError, match=r"periodic discrete update event.*1 discrete state group.*js.simulate"):
+        ecs.DiagramPhysics(d, "state")
+    with pytest.raises(js.JaxsysError, match="witness functions"):
+        ecs.DiagramPhysics(js.examples.BouncingBall(), "state")

@@ -194,3 +194,30 @@ def test_fixed_step_implicit_euler_keeps_what_error_control_keeps(extrapolate, e
     x_new, err, ok = integ.attempt_step(f, jnp.asarray(0.0), jnp.array([3.0]), jnp.asarray(1.5), {})
     assert bool(ok) and float(x_new[0]) == pytest.approx(expected, rel=1e-12)
     assert abs(float(err[0])) == pytest.approx(7.875, rel=1e-12)
+
+
+class BareWitness(js.LeafSystem):
+    """x' = 1 from 0, a witness 0.55 - x with no event, and no other event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.declare_continuous_state(1)
+        self.declare_witness_function(
+            "x reaches 0.55", "positive_then_non_positive", lambda c: 0.55 - c.get_continuous_state_vector()[0]
+        )
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones(1, context.get_time().dtype)
+
+
+def test_witness_without_event_ends_the_step_at_its_crossing():
+    # Drake: a witness function without an event "forces the integration to end a step at the witness
+    # isolation time". Before: with no other event in the system the witness was ignored (5 steps).
+    s = BareWitness()
+    r = js.simulate(s, s.create_default_context(), 1.0, js.RungeKutta4Integrator(max_step_size=0.2))
+    # fixed steps of 0.2 from 0, a step ending just past 0.55, then steps of 0.2 from there: 6 steps
+    assert r.stats.as_dict()["num_steps_taken"] == 6
+    sim = js.Simulator(s, s.create_default_context(), js.RungeKutta4Integrator(max_step_size=0.2))
+    sim.advance_to(1.0)
+    assert sim.get_num_steps_taken() == 6
+    np.testing.assert_allclose(sim.get_context().get_continuous_state_vector(), [1.0], rtol=1e-12)

@@ -137,7 +137,12 @@ def test_periodic_events(name):
     d = b.build()
     ctx = d.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))  # (the plant's)
     r = js.simulate(
-        d, ctx, 0.55, INTEGRATORS[name], save_at=np.array([0.55]), record=lambda c: hold.get_output_port(0).eval(c)
+        d,
+        ctx,
+        0.55,
+        INTEGRATORS[name],
+        save_at=np.array([0.55]),
+        record=lambda c: hold.get_output_port(0).eval(d.get_subsystem_context(c, hold)),
     )
     np.testing.assert_allclose(np.asarray(r.ys[0]), _exact(0.5), atol=5e-3)
 

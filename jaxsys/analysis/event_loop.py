@@ -37,6 +37,7 @@ from ..framework.dispatch import (
     dispatch_unrestricted_with_status,
     leaf_next_time,
     timed_leaves,
+    witness_leaves,
 )
 from ..framework.errors import JaxsysError
 from ..framework.event_status import DID_NOTHING, FAILED, REACHED_TERMINATION, SUCCEEDED, EventStatus, split_status
@@ -128,7 +129,9 @@ class EventProgram:
             + self.by[(TriggerType.PERIODIC, PUBLISH)]
             + [e for e in self.timed if e.kind == PUBLISH]
         )
-        self.has_events = bool(evs) or monitor is not None or bool(self.timed_leaves)
+        # (a witness without an event still ends the step at its isolated time, as Drake's does: a system
+        # with witnesses has events to run even when it declares no event)
+        self.has_events = bool(evs) or monitor is not None or bool(self.timed_leaves) or bool(witness_leaves(system))
 
     # ----- statuses ------------------------------------------------------------------------------
     def pack(self, status: EventStatus) -> Array:

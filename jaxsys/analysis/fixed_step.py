@@ -23,6 +23,7 @@ from ..framework.context import Context
 from ..framework.event_status import FAILED
 from ..framework.events import SIMULTANEITY_RTOL, SIMULTANEITY_ULPS
 from .event_loop import EventProgram, get_rest, set_rest
+from .integrators.base import step_aux
 from .loops import Run
 from .recording import record_buffer, write_row
 from .results import STATUS_EVENT_FAILED, STATUS_NONFINITE, STATUS_OK, LoopOutput, make_statistics
@@ -131,11 +132,8 @@ class FixedStepScan:
         # (an update that stops the run: the step is not taken)
         step = live & ~program.stopped(status) if can_stop else jnp.array(True)
         rest = get_rest(base)
-        aux = dict(run.aux)
-        aux["v_to_qdot"] = lambda tt, xx, v: run.system._map_raw(
-            base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
-        )
-        f = run.system._derivative_function(base)
+        aux = dict(run.aux, v_to_qdot=step_aux(run.system, base)["v_to_qdot"])
+        f = run.system.vector_field(base)
         x_start = base.get_continuous_state_vector()
         x_new = run.integrator.attempt_step(f, t, x_start, hn, aux)[0]
         after = set_rest(run.context.with_time(t_next).with_continuous_state(x_new), rest)

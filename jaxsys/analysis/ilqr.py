@@ -33,6 +33,7 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
 from .integrators import IntegratorBase, RungeKutta4Integrator
+from .integrators.base import step_aux
 
 
 Array = jax.Array
@@ -113,18 +114,12 @@ def discrete_dynamics(
         )
     port = ports[0]
     integ = integrator or RungeKutta4Integrator(max_step_size=h / substeps)
-    cs = context.get_continuous_state()
     dt = h / substeps
 
     def F(x: Array, u: Array) -> Array:
         ctx = port.fix_value(context, u)
-        f = system._derivative_function(ctx)
-        aux = {
-            "num_q": cs.num_q,
-            "num_v": cs.num_v,
-            "v_to_qdot": lambda t, xx, v: system._map_raw(ctx.with_time(t).with_continuous_state(xx), v, "v_to_qdot"),
-            "rolled": False,
-        }
+        f = system.vector_field(ctx)
+        aux = step_aux(system, ctx)
 
         def sub(i: Any, xx: Array) -> Array:
             return integ.attempt_step(f, jnp.asarray(i * dt, x.dtype), xx, jnp.asarray(dt, x.dtype), aux)[0]

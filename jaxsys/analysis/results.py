@@ -13,6 +13,7 @@ Imports: the framework (Context, errors), :mod:`.event_loop` (``PublishLog``) an
 from __future__ import annotations
 
 import enum
+import re
 from typing import Any, NamedTuple
 
 import equinox as eqx
@@ -228,7 +229,7 @@ class SimulatorStatus:
 
     ``reason()`` (a :class:`SimulatorStatusReason`), ``boundary_time()`` (the time asked for),
     ``return_time()`` (the time reached), ``system()`` (path of the system that stopped the run, '' if
-    none), ``message()``, ``succeeded()`` (True unless a handler failed, as Drake's),
+    none), ``message()``, ``succeeded()`` (True only when the boundary time was reached, as Drake's),
     ``reached_termination()``, ``format_message()``.
     """
 
@@ -267,22 +268,38 @@ class SimulatorStatus:
         return self._message
 
     def succeeded(self) -> bool:
-        """True unless an event handler failed (Drake: ``succeeded``)."""
-        return self._reason is not SimulatorStatusReason.EVENT_HANDLER_FAILED
+        """True only when the boundary time was reached "with no surprises": not after a termination,
+        not after a failure (Drake: ``succeeded``)."""
+        return self._reason is SimulatorStatusReason.REACHED_BOUNDARY_TIME
 
     def reached_termination(self) -> bool:
         """True if a handler or the monitor reached termination (Drake: ``reached_termination``)."""
         return self._reason is SimulatorStatusReason.REACHED_TERMINATION_CONDITION
 
+    def system_id(self) -> str:
+        """The system as Drake's message names it: ``"<Type> System '<path>'"``, or ``"System"`` when
+        the status names none."""
+        m = re.fullmatch(r"(.*) \((\w+)\)", self._system)
+        if m:
+            return f"{m.group(2)} System '{m.group(1)}'"
+        return f"System '{self._system}'" if self._system else "System"
+
     def format_message(self) -> str:
-        """A sentence saying how the run returned (Drake: ``FormatMessage``)."""
+        """A sentence saying how the run returned, in Drake's words (Drake: ``FormatMessage``):
+        ``Simulator successfully reached the boundary time (T).``, ``Simulator returned early at time T
+        because <Type> System '<path>' requested termination with message: "..."`` or ``Simulator
+        stopped at time T because <Type> System '<path>' failed with message: "..."``."""
         if self._reason is SimulatorStatusReason.REACHED_BOUNDARY_TIME:
             return f"Simulator successfully reached the boundary time ({self._boundary_time})."
-        who = f"System '{self._system}'" if self._system else "a handler"
-        what = f" with message '{self._message}'" if self._message else ""
         if self._reason is SimulatorStatusReason.REACHED_TERMINATION_CONDITION:
-            return f"Simulator stopped at time {self._return_time} because {who} returned a termination status{what}."
-        return f"Simulator stopped at time {self._return_time} because {who} failed{what}."
+            return (
+                f"Simulator returned early at time {self._return_time} because {self.system_id()} requested "
+                f'termination with message: "{self._message}"'
+            )
+        return (
+            f"Simulator stopped at time {self._return_time} because {self.system_id()} failed with message: "
+            f'"{self._message}"'
+        )
 
     def __repr__(self) -> str:
         return f"SimulatorStatus({self.format_message()!r})"

@@ -39,6 +39,7 @@ from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, get_rest, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
 from .integrators import IntegratorBase, RungeKutta3Integrator
+from .integrators.base import step_aux
 from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .progress import AbstractProgressMeter, NoProgressMeter
@@ -683,19 +684,11 @@ def _make_run(
     t_final_arr = jnp.asarray(t_final, t0.dtype)
     cs = context.get_continuous_state()
 
-    def ctx_at(t: Array, x: Array) -> Context:
-        return context.with_time(t).with_continuous_state(x)
-
-    aux = {
-        "num_q": cs.num_q,
-        "num_v": cs.num_v,
-        "v_to_qdot": lambda t, x, v: system._map_raw(ctx_at(t, x), v, "v_to_qdot"),
-        # Diagrams of many distinct leaves: evaluate RK stages in a loop so the dynamics are traced and
-        # compiled once (identical leaves are one vmap: their stages stay unrolled, which runs faster).
-        "rolled": _evaluation_units(system) > ROLLED_STAGES_MIN_UNITS,
-        "progress": (progress, progress.start(t0, t_final_arr)),
-    }
-    f = system._derivative_function(context)
+    # Diagrams of many distinct leaves: evaluate RK stages in a loop so the dynamics are traced and
+    # compiled once (identical leaves are one vmap: their stages stay unrolled, which runs faster).
+    aux = step_aux(system, context, rolled=_evaluation_units(system) > ROLLED_STAGES_MIN_UNITS)
+    aux["progress"] = (progress, progress.start(t0, t_final_arr))
+    f = system.vector_field(context)
     return Run(system, context, integrator, f, aux, record, cs.x, t0, t_final_arr, ts)
 
 

@@ -26,6 +26,7 @@ from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, PublishLog
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .results import (
+    STATUS_EVENT_FAILED,
     STATUS_MAX_STEPS as STATUS_MAX_STEPS,
     STATUS_MESSAGES as STATUS_MESSAGES,
     STATUS_MIN_STEP as STATUS_MIN_STEP,
@@ -163,6 +164,9 @@ class Simulator:
                     witness_isolation=isolation,
                     monitor=monitor,
                     at_least_one_step=zero_length,
+                    # (the Simulator raises itself, after keeping the context and statistics where the
+                    # run stopped, as Drake's does; its message then says when)
+                    throw=False,
                 )
 
             # (filter_jit: run-time errors arrive as a clean EquinoxRuntimeError)
@@ -265,6 +269,9 @@ class Simulator:
             if k != "num_steps_taken":
                 self._stats[k] = self._stats.get(k, 0) + v
         reached = float(self._context.get_time())
+        code = int(result.status)
+        if code not in (STATUS_OK, STATUS_EVENT_FAILED):
+            raise JaxsysError(f"Simulator.advance_to({boundary_time}) stopped at time {reached}: {result.message()}")
         status = self._status_from(
             result.event_status,
             result.status_reasons,
@@ -380,8 +387,11 @@ class Simulator:
     def get_actual_realtime_rate(self) -> float:
         """Simulated time advanced per second of wall-clock time since :meth:`initialize`,
         :meth:`reset_statistics` or :meth:`set_target_realtime_rate` (Drake:
-        ``get_actual_realtime_rate``); 0 before any time has passed. Compilation of the first
-        ``advance_to`` counts as wall time, as any other delay does."""
+        ``get_actual_realtime_rate``); NaN before :meth:`initialize` (as Drake's, whose start time is
+        then unset), 0 before any simulated time has passed. Compilation of the first ``advance_to``
+        counts as wall time, as any other delay does."""
+        if not self._initialized:
+            return float("nan")
         wall = _time.perf_counter() - self._wall_start
         sim = float(self._context.get_time()) - self._sim_start
         return sim / wall if wall > 0 and sim > 0 else 0.0
@@ -402,8 +412,23 @@ class Simulator:
         return dict(self._stats)
 
     def get_num_steps_taken(self) -> int:
-        """Drake: ``get_num_steps_taken``."""
+        """Steps taken since the statistics were last reset (Drake: ``get_num_steps_taken``)."""
         return int(self._stats.get("num_steps_taken", 0))
+
+    def get_num_publishes(self) -> int:
+        """Publish events handled (initialization, per-step, periodic, timed, witness) since the
+        statistics were last reset (Drake: ``get_num_publishes``)."""
+        return int(self._stats.get("num_publishes", 0))
+
+    def get_num_discrete_updates(self) -> int:
+        """Discrete-update dispatches since the statistics were last reset (Drake:
+        ``get_num_discrete_updates``)."""
+        return int(self._stats.get("num_discrete_updates", 0))
+
+    def get_num_unrestricted_updates(self) -> int:
+        """Unrestricted-update dispatches since the statistics were last reset (Drake:
+        ``get_num_unrestricted_updates``)."""
+        return int(self._stats.get("num_unrestricted_updates", 0))
 
     def get_system(self) -> System:
         """Drake: ``get_system``."""

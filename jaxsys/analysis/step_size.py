@@ -247,8 +247,8 @@ def state_change_norm(
             parts.append(jnp.max(jnp.abs(dq)))
         else:
             context = make_context()
-            pinv = system._map_raw(context, dq, "qdot_to_v")
-            wq = system._map_raw(context, pinv if wv is None else wv * pinv, "v_to_qdot")
+            pinv = system.qdot_to_velocity(context, dq)
+            wq = system.velocity_to_qdot(context, pinv if wv is None else wv * pinv)
             parts.append(jnp.max(jnp.abs(wq)))
     if dz.shape[0]:
         parts.append(jnp.max(jnp.abs(dz if wz is None else wz * dz)))

@@ -56,6 +56,7 @@ from ..framework.context import Context
 from ..framework.event_status import FAILED, REACHED_TERMINATION
 from ..framework.events import time_tolerance
 from .event_loop import EventProgram, get_rest, set_rest
+from .integrators.base import step_aux
 from .integrators.newton import N_STATS
 from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState, NewtonCarry
 from .loops import Run, WhileLoop
@@ -285,10 +286,7 @@ class StepLoop:
         status = program.fold_in(ev.status, u_status)
         stop = program.is_stopped(status) if u_status.bound >= REACHED_TERMINATION else None
         rest = get_rest(base)
-        aux = dict(run.aux)
-        aux["v_to_qdot"] = lambda tt, xx, v: run.system._map_raw(
-            base.with_time(tt).with_continuous_state(xx), v, "v_to_qdot"
-        )
+        aux = dict(run.aux, v_to_qdot=step_aux(run.system, base)["v_to_qdot"])
 
         def make_ctx(tt: Array, xx: Array) -> Context:
             return set_rest(run.context.with_time(tt).with_continuous_state(xx), rest)
@@ -309,7 +307,7 @@ class StepLoop:
             boundary = jnp.minimum(boundary, jnp.where(now, t, t_c))
             timed = (t_c, due_c, now)
         x = base.get_continuous_state_vector()
-        f = run.system._derivative_function(base)
+        f = run.system.vector_field(base)
         # mode-dependent witnesses are monitored in the steps that start with them active
         w_active = program.witness_activity(base)
         return StepStart(x, events, f, aux, make_ctx, boundary, n_u, n_d, stop, w_active, timed)

@@ -10,7 +10,9 @@ import jax
 import jax.numpy as jnp
 
 from ..analysis.integrators import IntegratorBase, RungeKutta4Integrator
+from ..analysis.integrators.base import step_aux
 from ..framework.context import Context
+from ..framework.dispatch import all_events, timed_leaves
 from ..framework.errors import JaxsysError
 from ..framework.system import System
 from .systems import PHYSICS_PRIORITY, EcsSystem, UpdateInfo
@@ -53,6 +55,7 @@ class DiagramPhysics(EcsSystem):
         self.state_component = state_component
         self.input_component = input_component
         self.substeps = int(substeps)
+        _check_continuous_only(plant, self.context)
         if input_component is not None and plant.num_input_ports() != 1:
             raise JaxsysError(
                 f"DiagramPhysics: input_component needs a plant with exactly one input port; System "
@@ -76,17 +79,9 @@ class DiagramPhysics(EcsSystem):
             ctx = self.context
             if u:
                 ctx = plant.get_input_port(0).fix_value(ctx, u[0])
-            f = plant._derivative_function(ctx)
-            cs = ctx.get_continuous_state()
+            f = plant.vector_field(ctx)
             # what every integrator may need besides f (semi-explicit Euler: the q/v split and N(q))
-            aux = {
-                "num_q": cs.num_q,
-                "num_v": cs.num_v,
-                "v_to_qdot": lambda t, xx, v: plant._map_raw(
-                    ctx.with_time(t).with_continuous_state(xx), v, "v_to_qdot"
-                ),
-                "rolled": False,
-            }
+            aux = step_aux(plant, ctx)
 
             def sub(k: int, x: Any) -> Any:
                 t = t_start + k * h
@@ -100,6 +95,28 @@ class DiagramPhysics(EcsSystem):
 
 
 _MAX_HALVINGS = 30
+
+
+def _check_continuous_only(plant: System, context: Context) -> None:
+    """The bridge advances a plant's continuous state only: a plant whose events, witnesses or
+    discrete / abstract state would be skipped is refused, naming what it has (never silently frozen
+    held values or missed impacts)."""
+    kinds = sorted({f"{e.trigger.value} {e.kind.replace('_', ' ')} event" for _, e in all_events(plant)})
+    if timed_leaves(plant):
+        kinds.append("timed events (do_calc_next_update_time)")
+    if plant.get_witness_functions(context):
+        kinds.append("witness functions")
+    if context.num_discrete_state_groups():
+        kinds.append(f"{context.num_discrete_state_groups()} discrete state group(s)")
+    if context.num_abstract_states():
+        kinds.append(f"{context.num_abstract_states()} abstract state(s)")
+    if kinds:
+        raise JaxsysError(
+            f"DiagramPhysics: System {plant.get_system_id_string()} has {', '.join(kinds)}; the ECS bridge "
+            "advances continuous state only (fixed integrator sub-steps of each world step), so these would be "
+            "skipped. Simulate the plant with js.simulate / js.Simulator, or model its discrete behaviour as an "
+            "ECS system in the PreUpdate or PostUpdate phase."
+        )
 
 
 def _step_with_retries(plant: System, integrator: IntegratorBase, f: Any, t: Any, x: Any, h: Any, aux: Any) -> Any:

@@ -107,7 +107,7 @@ class Context(abc.ABC):
         return self.accuracy
 
     def with_accuracy(self, accuracy: float | None) -> Context:
-        """A copy with the requested accuracy (Drake: ``SetAccuracy``): a unitless number in (0, 1), or
+        """A copy with the requested accuracy (Drake: ``SetAccuracy``): a unitless number in (0, 1], or
         None to unset it.
 
         :func:`~jaxsys.simulate` uses it as Drake's Simulator does for witness isolation: crossings are
@@ -118,10 +118,10 @@ class Context(abc.ABC):
         """
         if accuracy is not None:
             a = float(accuracy)
-            if not (0.0 < a < 1.0):
+            if not (0.0 < a <= 1.0):
                 raise StateError(
                     f"with_accuracy: the accuracy of the context of System {describe_system_id(self.system_id)} "
-                    f"must be a number in (0, 1) or None; got {accuracy!r}."
+                    f"must be a number in (0, 1] or None; got {accuracy!r}."
                 )
             accuracy = a
         return dataclasses.replace(self, accuracy=accuracy)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -209,6 +210,19 @@ def _keep_unless_applied(status: EventStatus, new: Any, old: Any) -> Any:
     return jax.tree_util.tree_map(lambda a, b: jnp.where(applied, a, b), new, old)
 
 
+def witness_leaves(system: System) -> list[int]:
+    """Indices of the leaves that declare witness functions or override ``do_get_witness_functions``
+    (known before tracing: whether a simulation must monitor witnesses at all)."""
+    from .leaf_system import LeafSystem
+
+    base = LeafSystem.do_get_witness_functions
+    return [
+        li
+        for li, leaf in enumerate(event_leaves(system))
+        if getattr(leaf._spec, "witnesses", None) or getattr(type(leaf), "do_get_witness_functions", base) is not base
+    ]
+
+
 def timed_leaves(system: System) -> list[int]:
     """Indices of the leaves whose class overrides ``do_calc_next_update_time``."""
     from .leaf_system import LeafSystem
@@ -254,8 +268,33 @@ def leaf_next_time(leaf: Any, context: Context, timed: list[Event], t: jax.Array
                 f"declare_timed_unrestricted_update_event), or (event, active) pairs of them."
             )
         flags = flags.at[[i for i, e in enumerate(timed) if e is event][0]].set(jnp.asarray(active, bool))
+    t_next = _checked_next_time(leaf, t_next.astype(t.dtype), flags, t)
     # (a time before now is now: Drake requires the returned time >= the context's time)
-    return jnp.maximum(t_next.astype(t.dtype), t), flags
+    return jnp.maximum(t_next, t), flags
+
+
+def _checked_next_time(leaf: Any, t_next: jax.Array, flags: jax.Array, t: jax.Array) -> jax.Array:
+    """Drake's checks of ``CalcNextUpdateTime``: a NaN time, or a finite time with no event due then,
+    is an error naming the system (eager when the values are known, else an ``equinox.error_if``
+    raised when the compiled simulation runs)."""
+    kind, path = type(leaf).__name__, leaf.get_path()
+    head = f"System::CalcNextUpdateTime(): {kind} system '{path}' overrode do_calc_next_update_time() but"
+    nan_msg = (
+        f"{head} it returned NaN as the next update time. Return infinity (jnp.inf) to indicate no next update time."
+    )
+    empty_msg = (
+        f"{head} it returned a finite update time with no events. Return infinity (jnp.inf) to indicate no next "
+        f"update time; otherwise return at least one of this system's timed events (or (event, True))."
+    )
+    nan = jnp.isnan(t_next)
+    empty = jnp.isfinite(t_next) & ~jnp.any(flags) if flags.shape[0] else jnp.isfinite(t_next)
+    if not any(isinstance(v, jax.core.Tracer) for v in (t_next, flags, t)):
+        if bool(nan):
+            raise StateError(nan_msg.replace("time.", f"time (at time={float(t)}).", 1))
+        if bool(empty):
+            raise StateError(empty_msg.replace("no events.", f"no events (at time={float(t)}: {float(t_next)}).", 1))
+        return t_next
+    return eqx.branched_error_if(t_next, nan | empty, jnp.where(nan, 0, 1), [nan_msg, empty_msg])
 
 
 def _shapes(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:

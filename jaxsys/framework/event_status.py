@@ -36,6 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .errors import JaxsysError
+
 
 DID_NOTHING = 0
 SUCCEEDED = 1
@@ -193,6 +195,49 @@ class EventStatus(eqx.Module):
     def severity_name(self) -> str:
         """'did_nothing', 'succeeded', 'reached_termination' or 'failed' (concrete values only)."""
         return SEVERITY_NAMES[int(self.severity)]
+
+    def failure_message(self, function_name: str) -> str:
+        """Drake's ``ThrowOnFailure`` text for this status: ``"<function_name>(): An event handler in
+        <Type> system '<path>' failed with message: "<message>"."`` (concrete values only)."""
+        i = int(self.which)
+        path, message = self.reasons[i] if 0 <= i < len(self.reasons) else ("", "")
+        return f'{function_name}(): An event handler in {_system_id(path)} failed with message: "{message}".'
+
+    def throw_on_failure(self, function_name: str, value: Any = None) -> Any:
+        """Raise if this status failed, with Drake's message (Drake: ``ThrowOnFailure``); returns
+        ``value``. Under ``jit`` / ``vmap`` (a traced severity) the check is an ``equinox.error_if`` on
+        ``value``'s arrays, raised when the compiled function runs."""
+        if self.bound < FAILED:
+            return value  # (no handler here can fail)
+        if not isinstance(self.severity, jax.core.Tracer):
+            if int(self.severity) >= FAILED:
+                raise JaxsysError(self.failure_message(function_name))
+            return value
+        texts = [
+            f'{function_name}(): An event handler in {_system_id(p)} failed with message: "{m}".'
+            for p, m in self.reasons
+        ] or [f"{function_name}(): an event handler failed."]
+        which = jnp.clip(self.which, 0, len(texts) - 1)
+        leaves, tree = jax.tree_util.tree_flatten(value)
+        arrays = [i for i, v in enumerate(leaves) if eqx.is_array(v)]
+        if not arrays:
+            return value
+        checked = eqx.branched_error_if(
+            tuple(leaves[i] for i in arrays), jnp.asarray(self.severity) >= FAILED, which, texts
+        )
+        for i, v in zip(arrays, checked):
+            leaves[i] = v
+        return jax.tree_util.tree_unflatten(tree, leaves)
+
+
+def _system_id(path: str) -> str:
+    """Drake's naming of a system in messages: ``"<Type> system '<path>'"`` ('System' for none)."""
+    if not path:
+        return "System"
+    if path.endswith(")") and " (" in path:
+        where, kind = path[:-1].rsplit(" (", 1)
+        return f"{kind} system '{where}'"
+    return f"system '{path}'"
 
 
 def split_status(value: Any) -> tuple[Any, EventStatus | None]:

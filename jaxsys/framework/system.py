@@ -495,6 +495,26 @@ class System(SystemEvents, SystemConstraints):
     eval_conservative_power = calc_conservative_power
     eval_nonconservative_power = calc_nonconservative_power
 
+    # ===== the evaluation interface of simulation loops and integrators =============================
+    def vector_field(self, context: Context) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        """``f(t, x) -> xdot``: the time derivatives of the continuous state as a pure function of time
+        (s, a scalar) and the continuous state vector (shape ``(n,)``, this system's ordering, as
+        ``context.get_continuous_state_vector()``), everything else (parameters, discrete and abstract
+        state, fixed inputs) taken from ``context``: the ODE an integrator steps (Drake's integrators
+        reach it through ``CalcTimeDerivatives``). Prepare it once per loop: a Diagram packs its
+        leaves' data here so that calling ``f`` does not touch every leaf's context."""
+        return self._derivative_function(context)
+
+    def velocity_to_qdot(self, context: Context, v: jax.Array) -> jax.Array:
+        """qdot = N(q) v at ``context`` (Drake: ``MapVelocityToQDot``) without the eager shape check of
+        :meth:`map_velocity_to_qdot`: the form a loop or an integrator calls on traced values."""
+        return self._map_raw(context, v, "v_to_qdot")
+
+    def qdot_to_velocity(self, context: Context, qdot: jax.Array) -> jax.Array:
+        """v = N⁺(q) qdot at ``context`` (Drake: ``MapQDotToVelocity``) without the eager shape check of
+        :meth:`map_qdot_to_velocity`: the form a loop or an integrator calls on traced values."""
+        return self._map_raw(context, qdot, "qdot_to_v")
+
     def map_velocity_to_qdot(self, context: Context, generalized_velocity: Any) -> jax.Array:
         """qdot = N(q) v (Drake: ``MapVelocityToQDot``); identity unless the system overrides it."""
         self.validate_context(context)

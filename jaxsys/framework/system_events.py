@@ -90,8 +90,13 @@ class SystemEvents(eqx.Module):
         return dispatch_publish(self, context, self.get_forced_publish_events() if events is None else events)
 
     def force_publish(self, context: Context) -> tuple[Any, ...]:
-        """Drake: ``ForcedPublish``."""
-        return self.publish(context)
+        """Run the forced publish events (Drake: ``ForcedPublish``); raises if a handler fails, with
+        Drake's message (under ``jit``: an ``equinox.error_if`` raised when the function runs)."""
+        from .dispatch import dispatch_publish_with_status
+
+        self.validate_context(context)
+        values, status = dispatch_publish_with_status(self, context, self.get_forced_publish_events())
+        return status.throw_on_failure("ForcedPublish", values)
 
     def calc_discrete_variable_updates(self, context: Context, events: Any = None) -> DiscreteValues:
         """New discrete state after the discrete-update ``events`` (Drake: ``CalcDiscreteVariableUpdates``);
@@ -102,8 +107,13 @@ class SystemEvents(eqx.Module):
         return dispatch_discrete(self, context, self.get_forced_discrete_update_events() if events is None else events)
 
     def calc_forced_discrete_variable_update(self, context: Context) -> DiscreteValues:
-        """Drake: ``CalcForcedDiscreteVariableUpdate``."""
-        return self.calc_discrete_variable_updates(context)
+        """The discrete state after the forced discrete-update events (Drake:
+        ``CalcForcedDiscreteVariableUpdate``); raises if a handler fails, with Drake's message."""
+        from .dispatch import dispatch_discrete_with_status
+
+        self.validate_context(context)
+        values, status = dispatch_discrete_with_status(self, context, self.get_forced_discrete_update_events())
+        return status.throw_on_failure("CalcForcedDiscreteVariableUpdate", values)
 
     def calc_unrestricted_update(self, context: Context, events: Any = None) -> State:
         """New whole state after the unrestricted-update ``events`` (Drake: ``CalcUnrestrictedUpdate``);
@@ -116,8 +126,13 @@ class SystemEvents(eqx.Module):
         )
 
     def calc_forced_unrestricted_update(self, context: Context) -> State:
-        """Drake: ``CalcForcedUnrestrictedUpdate``."""
-        return self.calc_unrestricted_update(context)
+        """The state after the forced unrestricted-update events (Drake:
+        ``CalcForcedUnrestrictedUpdate``); raises if a handler fails, with Drake's message."""
+        from .dispatch import dispatch_unrestricted_with_status
+
+        self.validate_context(context)
+        values, status = dispatch_unrestricted_with_status(self, context, self.get_forced_unrestricted_update_events())
+        return status.throw_on_failure("CalcForcedUnrestrictedUpdate", values)
 
     def calc_next_update_time(self, context: Context) -> tuple[jax.Array, CompositeEventCollection]:
         """The next event time strictly after the context's time (periodic events) or at or after it

@@ -30,6 +30,31 @@ Array = jax.Array
 VectorField = Callable[[Array, Array], Array]
 
 
+def step_aux(
+    system: Any, context: Any, context_at: Callable[[Array, Array], Any] | None = None, rolled: bool = False
+) -> dict[str, Any]:
+    """What an integrator's ``attempt_step`` may read besides ``f`` (its ``aux`` argument), built in
+    this one place for every loop (the while loop, the fixed-step scan, iLQR's discretization, the
+    ECS bridge):
+
+    - ``num_q``, ``num_v``: the q / v split of the continuous state x = [q, v, z] of ``context``;
+    - ``v_to_qdot(t, x, v)``: qdot = N(q) v at time t and state x (Drake's ``MapVelocityToQDot``,
+      :meth:`~jaxsys.System.velocity_to_qdot`);
+    - ``rolled``: evaluate Runge-Kutta stages in a loop (diagrams of many distinct leaves: the
+      dynamics are traced and compiled once).
+
+    ``context_at(t, x)``: the context at time t and continuous state x (default: ``context`` with
+    them replaced)."""
+    cs = context.get_continuous_state()
+    at = context_at or (lambda t, x: context.with_time(t).with_continuous_state(x))
+    return {
+        "num_q": cs.num_q,
+        "num_v": cs.num_v,
+        "v_to_qdot": lambda t, x, v: system.velocity_to_qdot(at(t, x), v),
+        "rolled": rolled,
+    }
+
+
 class IntegratorBase(eqx.Module):
     """Options shared by all integrators (Drake's ``IntegratorBase``).
 
@@ -111,6 +136,21 @@ class IntegratorBase(eqx.Module):
                 raise JaxsysError(
                     f"{name}: initial_step_size_target ({h0}) is smaller than requested_minimum_step_size "
                     f"({self.requested_minimum_step_size})."
+                )
+        if not self.supports_error_estimation():
+            # (Drake's set_target_accuracy / request_initial_step_size_target throw for these methods)
+            if self.target_accuracy is not None:
+                raise JaxsysError(
+                    f"{name}: this method makes no error estimate (fixed step only), so it cannot use a "
+                    f"target_accuracy (got {self.target_accuracy}); Drake: 'Integrator does not support accuracy "
+                    f"estimation and user has requested error control'. Choose the step with max_step_size, or use "
+                    f"an error-controlled method (RungeKutta3Integrator, RungeKutta5Integrator, ...)."
+                )
+            if self.initial_step_size_target is not None:
+                raise JaxsysError(
+                    f"{name}: this method makes no error estimate (fixed step only), so it takes no "
+                    f"initial_step_size_target (got {self.initial_step_size_target}); its step is max_step_size "
+                    f"(Drake: 'Integrator does not support error estimation and user has initial step size target')."
                 )
         if self.max_steps < 1:
             raise JaxsysError(f"{name}: max_steps must be >= 1; got {self.max_steps}.")
