@@ -6,6 +6,11 @@ one step, and holds the first input until the next update. The whole closed loop
 ``js.simulate`` of a diagram (plant + controller) with an error-controlled integrator: the MPC is an
 ordinary periodic discrete update, compiled once with the rest of the loop.
 
+The costs track a reference passed to the solver as an argument (``reference=``, indexed by the knot
+``k``): the controller's input port ``goal`` gives the angle to hold, and the reference over the
+horizon is built from it at every solve, so a changed goal needs no recompilation. The goal here is
+upright (``GOAL = pi``); a time-varying source on that port makes it a tracking controller.
+
 Prints the final angle error and the largest torque (limit 4 N m), and writes
 examples/output/mpc_pendulum.png.
 """
@@ -30,13 +35,17 @@ from jaxsys.examples import Pendulum  # noqa: E402
 H, N, U_MAX = 0.05, 40, 4.0  # update period = the model's interval, horizon steps, torque limit
 
 
-def running_cost(x, u):
-    # (1 - cos) measures the angle to the top without a wrap-around jump
-    return 2.0 * (1.0 + jnp.cos(x[0])) + 0.05 * x[1] ** 2 + 0.02 * u @ u
+def running_cost(x, u, k, reference):
+    # (1 - cos(angle - goal)) measures the angle to the goal without a wrap-around jump; reference[k] is
+    # the goal state at knot k of the horizon
+    return 2.0 * (1.0 - jnp.cos(x[0] - reference[k, 0])) + 0.05 * x[1] ** 2 + 0.02 * u @ u
 
 
-def final_cost(x):
-    return 50.0 * (1.0 + jnp.cos(x[0])) + 2.0 * x[1] ** 2
+def final_cost(x, reference):
+    return 50.0 * (1.0 - jnp.cos(x[0] - reference[-1, 0])) + 2.0 * x[1] ** 2
+
+
+GOAL = jnp.pi  # the angle to hold (rad)
 
 
 class Mpc(js.LeafSystem):
@@ -48,8 +57,9 @@ class Mpc(js.LeafSystem):
         super().__init__("mpc")
         plant = Pendulum()
         ctx = plant.get_input_port(0).fix_value(plant.create_default_context(), [0.0])
-        self.model = js.analysis.ilqr.discrete_dynamics(plant, ctx, H)
+        self.model = js.discrete_dynamics(plant, ctx, H)
         self.declare_vector_input_port("state", 2)
+        self.declare_vector_input_port("goal", 1)
         self.declare_discrete_state(N)
         self.declare_discrete_state(1)
         self.declare_periodic_discrete_update_event(H, 0.0, self.solve)
@@ -59,6 +69,8 @@ class Mpc(js.LeafSystem):
         x = self.get_input_port(0).eval(context)
         plan = discrete_state.get_vector(0)
         warm = jnp.concatenate([plan[1:], plan[-1:]])[:, None]  # shift the last plan by one interval
+        goal = self.get_input_port(1).eval(context)[0]
+        reference = jnp.zeros((N + 1, 2)).at[:, 0].set(goal)  # hold the goal angle at rest, all horizon
         u, _, _ = js.ilqr_solve(
             self.model,
             running_cost,
@@ -70,6 +82,7 @@ class Mpc(js.LeafSystem):
             u_upper=U_MAX,
             iterations=4,
             regularization=1.0,
+            reference=reference,
         )
         return js.DiscreteValues((u[:, 0], u[0]), discrete_state.system_id)
 
@@ -78,7 +91,9 @@ builder = js.DiagramBuilder()
 plant = builder.add_system(Pendulum())
 mpc = builder.add_system(Mpc())
 builder.connect(plant.get_output_port(0), mpc.get_input_port(0))
+goal = builder.add_system(js.ConstantVectorSource([GOAL], name="goal"))
 builder.connect(mpc.get_output_port(0), plant.get_input_port(0))
+builder.connect(goal.get_output_port(0), mpc.get_input_port(1))
 diagram = builder.build()
 
 root = diagram.create_default_context()

@@ -35,7 +35,12 @@ from .analysis.fitting import (
     set_parameters as set_parameters,
     trajectory_loss as trajectory_loss,
 )
-from .analysis.ilqr import ILQRResult as ILQRResult, ilqr as ilqr, ilqr_solve as ilqr_solve
+from .analysis.ilqr import (
+    ILQRResult as ILQRResult,
+    discrete_dynamics as discrete_dynamics,
+    ilqr as ilqr,
+    ilqr_solve as ilqr_solve,
+)
 from .analysis.integrators import (
     ALL_INTEGRATORS as ALL_INTEGRATORS,
     BogackiShampine3Integrator as BogackiShampine3Integrator,
@@ -363,6 +368,7 @@ __all__ = [
     "continuous_algebraic_riccati",
     "controllability_matrix",
     "default_float_dtype",
+    "discrete_dynamics",
     "direct_collocation",
     "direct_shooting",
     "discrete_algebraic_riccati_equation",

@@ -30,7 +30,7 @@ def test_linear_quadratic_problem_is_solved_exactly():
     res = js.ilqr(plant, ctx, T, N, running, final, tolerance=1e-12, regularization=0.0)
     assert res.success
     # the same problem as a quadratic program in the inputs (the RK4 map of a linear ODE is linear)
-    F = js.analysis.ilqr.discrete_dynamics(plant, ctx, T / N)
+    F = js.discrete_dynamics(plant, ctx, T / N)
 
     def cost(u):
         def step(x, uk):
@@ -127,3 +127,63 @@ def test_a_stationary_start_that_is_not_a_minimum_is_reported(x64):
         assert ok.success and not ok.stationary_start
         moved = js.ilqr(p, ctx, 4.0, 40, swing_up, at_top, u_init=0.5)  # the remedy: iLQR moves
         assert moved.iterations > 1 and not moved.stationary_start
+
+
+def test_time_varying_costs_track_a_reference_exactly():
+    # issue #41 item 5: the running cost sees the knot index k (and a reference passed as an argument).
+    # Tracking q_ref(t) = sin(t) with a double integrator is a linear-quadratic problem: iLQR's answer must
+    # equal the quadratic program's minimizer, for the k form and the reference form alike.
+    plant, ctx = double_integrator()
+    N, T = 40, 4.0
+    h = T / N
+    t = jnp.arange(N + 1) * h
+    ref = jnp.stack([jnp.sin(t), jnp.cos(t)], axis=1)  # (N + 1, 2): states to track
+    w = jnp.array([10.0, 1.0])
+
+    def running_k(x, u, k):
+        return jnp.sum(w * (x - ref[k]) ** 2) + 0.01 * u @ u
+
+    def running_ref(x, u, k, r):
+        return jnp.sum(w * (x - r[k]) ** 2) + 0.01 * u @ u
+
+    def final_ref(x, r):
+        return 50.0 * jnp.sum((x - r[-1]) ** 2)
+
+    res_k = js.ilqr(plant, ctx, T, N, running_k, lambda x: final_ref(x, ref), tolerance=1e-12, regularization=0.0)
+    res_r = js.ilqr(plant, ctx, T, N, running_ref, final_ref, reference=ref, tolerance=1e-12, regularization=0.0)
+    F = js.discrete_dynamics(plant, ctx, h)
+
+    def cost(u):
+        def step(x, uk):
+            return F(x, uk), x
+
+        x_end, xs = jax.lax.scan(step, ctx.get_continuous_state_vector(), u)
+        return h * jnp.sum(jax.vmap(running_k)(xs, u, jnp.arange(N))) + final_ref(x_end, ref)
+
+    u0 = jnp.zeros((N, 1))
+    H = jax.hessian(cost)(u0).reshape(N, N)
+    u_star = -jnp.linalg.solve(H, jax.grad(cost)(u0).reshape(N))
+    np.testing.assert_allclose(res_k.u[:, 0], u_star, atol=1e-9)
+    np.testing.assert_allclose(res_r.u[:, 0], u_star, atol=1e-9)
+    # the tracked position stays near sin(t) after the initial transient
+    assert float(jnp.max(jnp.abs(res_r.x[N // 2 :, 0] - ref[N // 2 :, 0]))) < 0.05
+    # ilqr_solve under jit takes the reference as an argument: a new reference, no recompilation
+    traces = []
+
+    @jax.jit
+    def solve(r):
+        traces.append(1)
+        x0 = ctx.get_continuous_state_vector()
+        return js.ilqr_solve(F, running_ref, final_ref, h, x0, u0, regularization=0.0, reference=r)[0]
+
+    np.testing.assert_allclose(solve(ref)[:, 0], u_star, atol=1e-8)
+    solve(ref * 0.5)
+    assert len(traces) == 1
+
+
+def test_cost_signatures_are_checked():
+    plant, ctx = double_integrator()
+    with pytest.raises(js.JaxsysError, match=r"running_cost\(x, u\) or running_cost\(x, u, k\)"):
+        js.ilqr(plant, ctx, 1.0, 10, lambda x: x @ x, lambda x: x @ x)
+    with pytest.raises(js.JaxsysError, match=r"with a reference.*running_cost\(x, u, k, reference\)"):
+        js.ilqr(plant, ctx, 1.0, 10, lambda x, u: x @ x, lambda x: x @ x, reference=jnp.zeros((11, 2)))

@@ -4,7 +4,10 @@ step define.
 The plant (one vector input port) is discretized with a zero-order-hold input: ``x[k+1] = F(x[k],
 u[k])`` is ``substeps`` fixed steps of ``integrator`` over ``h = T / N`` (the same map a fixed-step
 ``simulate`` computes under a zero-order-hold input, so the optimized inputs replay exactly). The cost
-is ``sum_k h * running_cost(x[k], u[k]) + final_cost(x[N])``.
+is ``sum_k h * running_cost(x[k], u[k]) + final_cost(x[N])``; a running cost may also take the knot
+index ``k`` (``running_cost(x, u, k)``: time-varying weights, a reference indexed by ``k``), and both
+costs a ``reference`` pytree passed as an argument (tracking a trajectory that changes between MPC
+solves without recompiling).
 
 Each iteration linearizes ``F`` (``jax.jacfwd``) and quadratizes the costs (``jax.hessian``) along the
 current trajectory, runs the Riccati backward pass with Levenberg-Marquardt regularization ``mu`` of
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -103,13 +107,17 @@ def _box_gains(Quu: Array, Qu: Array, Qux: Array, lo: Array, hi: Array, iteratio
 def discrete_dynamics(
     system: System, context: Context, h: float, integrator: IntegratorBase | None = None, substeps: int = 1
 ) -> Callable[[Array, Array], Array]:
-    """``F(x, u)``: the state after ``h`` seconds from ``x`` under the constant input ``u`` (the plant's
-    one vector input port), by ``substeps`` steps of the fixed-step ``integrator`` (default RK4), with
-    the other inputs and the parameters of ``context``."""
-    ports = [p for p in system._spec.input_ports if not p.is_abstract()]
+    """The zero-order-hold discretization of a plant: ``F(x, u)``, the continuous state (shape (n,))
+    after ``h`` seconds from ``x`` under the constant input ``u`` (shape (m,), the plant's one vector
+    input port), by ``substeps`` steps of the fixed-step ``integrator`` (default RK4), with the other
+    inputs and the parameters of ``context`` (Drake: ``DiscreteTimeApproximation`` of a nonlinear
+    system). The map ``ilqr`` optimizes over and ``ilqr_solve`` takes; pure, so ``jax.jacfwd``,
+    ``jax.vmap`` and ``jit`` apply."""
+    ports = [system.get_input_port(i) for i in range(system.num_input_ports())]
+    ports = [p for p in ports if not p.is_abstract()]
     if len(ports) != 1:
         raise JaxsysError(
-            f"ilqr: the plant needs exactly one vector input port (the input to optimize); System "
+            f"discrete_dynamics: the plant needs exactly one vector input port (the input to optimize); System "
             f"{system.get_system_id_string()} has {len(ports)}."
         )
     port = ports[0]
@@ -136,15 +144,55 @@ def _input_box(lower: Any, upper: Any, m: int, dtype: Any) -> tuple[Array, Array
     return lo, hi
 
 
+def _positional_arity(fn: Callable[..., Any]) -> int | None:
+    """How many positional arguments ``fn`` requires (None when it takes ``*args`` or cannot be read)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
+def _costs(
+    running_cost: Callable[..., Array], final_cost: Callable[..., Array], reference: Any, where: str
+) -> tuple[Callable[[Array, Array, Array], Array], Callable[[Array], Array]]:
+    """The costs as ``rc(x, u, k)`` and ``fc(x)``, from the forms a user may write:
+    ``running_cost(x, u)`` or ``running_cost(x, u, k)`` (k the knot index, 0..N-1: the time is
+    ``t0 + k h``) and ``final_cost(x)``; with a ``reference``, ``running_cost(x, u, k, reference)`` and
+    ``final_cost(x, reference)``."""
+    n_rc, n_fc = _positional_arity(running_cost), _positional_arity(final_cost)
+    if reference is not None:
+        if n_rc not in (None, 4) or n_fc not in (None, 2):
+            raise JaxsysError(
+                f"{where}: with a reference, the costs are running_cost(x, u, k, reference) and final_cost(x, "
+                f"reference); got functions of {n_rc} and {n_fc} positional arguments."
+            )
+        return (lambda x, u, k: running_cost(x, u, k, reference)), (lambda x: final_cost(x, reference))
+    if n_rc not in (None, 2, 3) or n_fc not in (None, 1):
+        raise JaxsysError(
+            f"{where}: the costs are running_cost(x, u) or running_cost(x, u, k) (k: the knot index) and "
+            f"final_cost(x) (pass reference=... for running_cost(x, u, k, reference) and final_cost(x, "
+            f"reference)); got functions of {n_rc} and {n_fc} positional arguments."
+        )
+    if n_rc == 3:
+        return running_cost, final_cost
+    return (lambda x, u, k: running_cost(x, u)), final_cost
+
+
 def _ilqr_functions(
     F: Callable[[Array, Array], Array],
-    running_cost: Callable[[Array, Array], Array],
+    running_cost: Callable[[Array, Array, Array], Array],
     final_cost: Callable[[Array], Array],
     h: float,
     lo: Array,
     hi: Array,
 ) -> tuple[Any, Any, Any]:
-    """The pure pieces of iLQR for the discrete map ``F``: ``rollout(x0, u)``, ``total_cost(xs, u)`` and
+    """The pure pieces of iLQR for the discrete map ``F`` and the costs ``running_cost(x, u, k)``,
+    ``final_cost(x)``: ``rollout(x0, u)``, ``total_cost(xs, u)`` and
     one iteration ``iterate(x0, xs, u, cost, mu) -> (xs, u, cost, mu, accepted, K, k, alpha,
     predicted decrease)``."""
 
@@ -156,14 +204,18 @@ def _ilqr_functions(
         _, xs = jax.lax.scan(step, x0, u)
         return jnp.concatenate([x0[None], xs])
 
+    def knots(u: Array) -> Array:
+        return jnp.arange(u.shape[0], dtype=jnp.int32)
+
     def total_cost(xs: Array, u: Array) -> Array:
-        return h * jnp.sum(jax.vmap(running_cost)(xs[:-1], u)) + final_cost(xs[-1])
+        return h * jnp.sum(jax.vmap(running_cost)(xs[:-1], u, knots(u))) + final_cost(xs[-1])
 
     def backward(xs: Array, u: Array, mu: Array) -> tuple[Array, Array, Array, Array]:
         """Gains (K, k), the predicted decrease terms, and whether every Q_uu was positive definite."""
         fx, fu = jax.vmap(jax.jacfwd(F, argnums=(0, 1)))(xs[:-1], u)
-        lx, lu = jax.vmap(jax.grad(running_cost, argnums=(0, 1)))(xs[:-1], u)
-        (lxx, lxu), (_, luu) = jax.vmap(jax.hessian(running_cost, argnums=(0, 1)))(xs[:-1], u)
+        ks = knots(u)
+        lx, lu = jax.vmap(jax.grad(running_cost, argnums=(0, 1)))(xs[:-1], u, ks)
+        (lxx, lxu), (_, luu) = jax.vmap(jax.hessian(running_cost, argnums=(0, 1)))(xs[:-1], u, ks)
         Vx = jax.grad(final_cost)(xs[-1])
         Vxx = jax.hessian(final_cost)(xs[-1])
 
@@ -219,8 +271,8 @@ def _ilqr_functions(
 
 def ilqr_solve(
     F: Callable[[Array, Array], Array],
-    running_cost: Callable[[Array, Array], Array],
-    final_cost: Callable[[Array], Array],
+    running_cost: Callable[..., Array],
+    final_cost: Callable[..., Array],
     h: float,
     x0: Array,
     u_init: Array,
@@ -228,17 +280,23 @@ def ilqr_solve(
     u_upper: Any = None,
     iterations: int = 5,
     regularization: float = 1.0,
+    reference: Any = None,
 ) -> tuple[Array, Array, Array]:
     """A fixed number of iLQR iterations as one pure, jit-able and vmap-able function (for model
     predictive control inside a simulation: warm-start ``u_init`` with the last solution shifted;
-    ``examples/mpc_pendulum.py``). ``F(x, u)`` is the discrete map (:func:`discrete_dynamics`), ``h``
-    its interval. The regularization starts high (1.0: a few iterations must make progress even where
-    the cost is not convex, e.g. a pendulum at the bottom with an upright goal) and is divided by 4 at
-    every accepted iteration. Returns ``(u, xs, cost)``."""
+    ``examples/mpc_pendulum.py``). ``F(x, u)`` is the discrete map (``js.discrete_dynamics``), ``h``
+    its interval. The costs: ``running_cost(x, u)`` or ``running_cost(x, u, k)`` (``k`` the knot index
+    0..N-1, an int32 scalar: the time from the start is ``k h``) and ``final_cost(x)``; with a
+    ``reference`` (any pytree, e.g. the states to track, of shape (N + 1, n): an argument, so a
+    compiled solver takes a new one without recompiling), ``running_cost(x, u, k, reference)`` and
+    ``final_cost(x, reference)`` (index it with ``k``). The regularization starts high (1.0: a few
+    iterations must make progress even where the cost is not convex, e.g. a pendulum at the bottom
+    with an upright goal) and is divided by 4 at every accepted iteration. Returns ``(u, xs, cost)``."""
     dtype = jnp.result_type(x0)
     m = u_init.shape[-1]
     lo, hi = _input_box(u_lower, u_upper, m, dtype)
-    rollout, total_cost, iterate = _ilqr_functions(F, running_cost, final_cost, h, lo, hi)
+    rc, fc = _costs(running_cost, final_cost, reference, "ilqr_solve")
+    rollout, total_cost, iterate = _ilqr_functions(F, rc, fc, h, lo, hi)
     u = jnp.clip(jnp.asarray(u_init, dtype), lo, hi)
     xs = rollout(x0, u)
 
@@ -258,8 +316,8 @@ def ilqr(
     context: Context,
     T: float,
     num_steps: int,
-    running_cost: Callable[[Array, Array], Array],
-    final_cost: Callable[[Array], Array],
+    running_cost: Callable[..., Array],
+    final_cost: Callable[..., Array],
     u_init: Any = None,
     u_lower: Any = None,
     u_upper: Any = None,
@@ -268,12 +326,16 @@ def ilqr(
     max_iterations: int = 200,
     tolerance: float = 1e-9,
     regularization: float = 1e-6,
+    reference: Any = None,
 ) -> ILQRResult:
     """Iterative LQR from the state in ``context`` over ``num_steps`` intervals of ``T / num_steps``
     (see the module docstring).
 
     **Arguments:**
-    - `running_cost(x, u) -> scalar` (integrated: multiplied by h), `final_cost(x) -> scalar`.
+    - `running_cost(x, u) -> scalar` (integrated: multiplied by h), `final_cost(x) -> scalar`; or
+      `running_cost(x, u, k)` with the knot index `k` (0..N-1, time `k T / N` from the start).
+    - `reference`: a pytree given to the costs as `running_cost(x, u, k, reference)` and
+      `final_cost(x, reference)` (e.g. states to track, shape (N + 1, n), indexed with `k`).
     - `u_init`: initial inputs, (N, m) or broadcastable (default zeros); `u_lower`, `u_upper`: input
       bounds (clipped in the forward pass).
     - `integrator`, `substeps`: the discretization (default RK4, one step per interval).
@@ -290,14 +352,17 @@ def ilqr(
     F = discrete_dynamics(system, context, h, integrator, substeps)
     x0 = context.get_continuous_state_vector()
     dtype = x0.dtype
-    m = [p for p in system._spec.input_ports if not p.is_abstract()][0].size()
+    m = [p for p in (system.get_input_port(i) for i in range(system.num_input_ports())) if not p.is_abstract()][
+        0
+    ].size()
     u = jnp.zeros((N, m), dtype) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, dtype), (N, m))
     lo, hi = _input_box(u_lower, u_upper, m, dtype)
     if bool(jnp.any(lo > hi)):
         raise JaxsysError(f"ilqr: u_lower {np.asarray(lo)} is above u_upper {np.asarray(hi)}.")
     u = jnp.clip(u, lo, hi)
 
-    rollout, total_cost, iterate_ = _ilqr_functions(F, running_cost, final_cost, h, lo, hi)
+    rc, fc = _costs(running_cost, final_cost, reference, "ilqr")
+    rollout, total_cost, iterate_ = _ilqr_functions(F, rc, fc, h, lo, hi)
     iterate = jax.jit(functools.partial(iterate_, x0))
     xs = rollout(x0, u)
     cost = total_cost(xs, u)
