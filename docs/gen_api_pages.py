@@ -5,6 +5,7 @@ public name is on some API page)."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import pathlib
 import types
@@ -53,6 +54,21 @@ INTRO = {
     "plotting": "Plots of results, logs and diagrams (matplotlib).",
 }
 
+
+SUBPACKAGES = {
+    "ecs": (
+        "The entity-component world (jaxsys.ecs)",
+        "gz-sim's entity-component world as pure functions over pytrees: the `World`, its systems "
+        "(`EcsSystem`) run in PreUpdate / Update / PostUpdate phases by `run` / `step`, and the bridge "
+        "`DiagramPhysics` that makes a jaxsys plant the physics. The narrative is on the "
+        "[entity-component world](../ecs.md) page.",
+    ),
+    "examples": (
+        "Example plants (jaxsys.examples)",
+        "Importable plants: each a LeafSystem with numeric parameters, named ports, energies where "
+        "physical, and its equations in the docstring.",
+    ),
+}
 
 LAZY = ("MujocoPlant",)
 # helpers that live in a subpackage only (not in jaxsys.__all__)
@@ -111,6 +127,13 @@ def main() -> None:
             path = f"{module_of(name)}.{name}" if name in LAZY else f"jaxsys.{name}"
             lines += [f"::: {path}", ""]
         lines += EXTRA.get(page, [])
+        (out / f"{page}.md").write_text("\n".join(lines))
+    # the subpackages with public names of their own: a page each, every name of their __all__
+    for page, (title, intro) in SUBPACKAGES.items():
+        module = importlib.import_module(f"jaxsys.{page}")
+        lines = [f"# {title}", "", intro, ""]
+        for name in sorted(module.__all__, key=lambda n: (not inspect.isclass(getattr(module, n)), n.lower())):
+            lines += [f"::: jaxsys.{page}.{name}", ""]
         (out / f"{page}.md").write_text("\n".join(lines))
     lines = ["# Modules", "", "The subpackages re-exported by `jaxsys` (`js.ecs`, `js.examples`, ...).", ""]
     for name in sorted(modules):

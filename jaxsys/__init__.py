@@ -1,6 +1,6 @@
 """jaxsys: Drake's systems framework rebuilt on JAX.
 
-Systems are immutable pytrees (``equinox.Module``); a :class:`Context` holds time, state,
+Systems are immutable pytrees (``equinox.Module``); a [`Context`][jaxsys.Context] holds time, state,
 parameters and inputs and is passed in and returned; simulation is a jit-compiled loop that
 ``jax.grad``, ``jax.jvp`` and ``jax.vmap`` go through.
 """

@@ -1,10 +1,10 @@
 """Plots of simulation results and pictures of diagrams (matplotlib; Graphviz for diagrams).
 
-* :func:`record_outputs` makes a ``record`` function for :func:`~jaxsys.simulate` that records
-  output ports by name, so :func:`plot_result` can label one axis per port.
-* :func:`plot_result` plots a SimulationResult's recorded values against ``save_at``.
-* :func:`plot_log` plots a publish log / VectorLog.
-* :func:`plot_system` renders ``get_graphviz_string()`` to SVG or PNG.
+* [`record_outputs`][jaxsys.record_outputs] makes a ``record`` function for [`simulate`][jaxsys.simulate] that records
+  output ports by name, so [`plot_result`][jaxsys.plot_result] can label one axis per port.
+* [`plot_result`][jaxsys.plot_result] plots a SimulationResult's recorded values against ``save_at``.
+* [`plot_log`][jaxsys.plot_log] plots a publish log / VectorLog.
+* [`plot_system`][jaxsys.plot_system] renders ``get_graphviz_string()`` to SVG or PNG.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def plot_result(
     path: str | pathlib.Path | None = None,
 ) -> Any:
     """Plot recorded values against time: one axis per signal group (a dict entry of the recorded
-    pytree, e.g. one output port from :func:`record_outputs`), one line per element.
+    pytree, e.g. one output port from [`record_outputs`][jaxsys.record_outputs]), one line per element.
 
     **Arguments:**
     - `result`: a (concrete, unbatched) SimulationResult with ``save_at`` times.

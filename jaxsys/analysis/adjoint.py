@@ -1,6 +1,6 @@
 """Reverse mode through a while loop by its discrete adjoint, with checkpoints placed at run time.
 
-:func:`~.loops.while_fast_primal` evaluates a loop as a plain ``lax.while_loop``. Differentiated,
+`while_fast_primal` evaluates a loop as a plain ``lax.while_loop``. Differentiated,
 its JVP is built here from two primitives that are each other's transpose:
 
 * ``loop_tangent``: the loop's tangent map ``(dc0, dconsts) -> dc_n`` (forward mode: the JVP of the
@@ -12,7 +12,7 @@ So ``jax.jvp`` / ``jax.jacfwd`` run the forward sensitivity and ``jax.grad`` / `
 adjoint; both primitives batch under ``vmap`` by vmapping their rules (equinox's ``create_vprim``).
 Second derivatives (``jax.hessian``, ``jacrev(jacrev)``, ``jacfwd(jacfwd)``), which differentiate these
 primitives in their non-linear arguments, go through the JVP or VJP of
-:func:`~.loops.bounded_while` instead: nested scans that JAX differentiates to any order.
+`bounded_while` instead: nested scans that JAX differentiates to any order.
 
 **Only what can carry a derivative.** The carry leaves the adjoint sweeps are those whose tangent
 can be nonzero: the ones with a tangent at the start, and, to a fixed point, those a pass gives a
@@ -41,7 +41,7 @@ Measured on this 2-core CPU (benchmarks S2a-grad, S8-grad, S8h-300; calls interl
 through 11,700 attempts of an error-controlled pendulum: 10.7 ms, 4.5x its 2.4 ms forward run (the
 bounded loop's JVP and transpose: 21.6 ms; this module's first version: 12-15 ms); through 50,000
 attempts (re-run once): 60 ms, 5.5x (74 ms); with 100 save times 14.9 ms, 6.1x (42 ms; 26.4 ms before
-the saving loop's scans, :func:`~.loops.scan_with_writes`); through the 29 steps of a 300-lag chain
+the saving loop's scans, `scan_with_writes`); through the 29 steps of a 300-lag chain
 0.61 ms against Diffrax's
 0.76 ms (compile 3.2 s); through the chain of 300 distinct leaf classes 12.8 ms (compile 11.5 s);
 ``jax.jacfwd`` 7.9 against 8.2 ms.
@@ -204,7 +204,7 @@ class LoopSpec:
         return jax.lax.while_loop(cond, body, (cl, jnp.zeros((), jnp.int32)))[0]
 
     def bounded(self, cl: list[Array], bcl: list[Array], ccl: list[Array]) -> list[Array]:
-        """The same loop as :func:`~.loops.bounded_while` (differentiable to any order)."""
+        """The same loop as `bounded_while` (differentiable to any order)."""
 
         def cond(c: Any) -> Any:
             return self.going(jax.tree_util.tree_leaves(c), ccl)
@@ -301,7 +301,7 @@ class LoopSpec:
         return ct, g
 
     def replay_any(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
-        """:meth:`replay` of a segment, full or not (a conditional: under ``vmap``, full only when
+        """`replay` of a segment, full or not (a conditional: under ``vmap``, full only when
         every member's is)."""
         return jax.lax.cond(
             eqxi.unvmap_all(length == self.segment),
@@ -346,8 +346,8 @@ class LoopSpec:
         the start carry's and the consts' differentiable leaves.
 
         Two nested loops, from the run's end: the outer one over the forward run's segments of ``T``
-        passes, each re-run (:meth:`rerun`) to checkpoint its pieces; the inner one over those pieces,
-        each swept (:meth:`sweep`). While ``T`` is still ``segment`` (runs of up to ``keep *
+        passes, each re-run (`rerun`) to checkpoint its pieces; the inner one over those pieces,
+        each swept (`sweep`). While ``T`` is still ``segment`` (runs of up to ``keep *
         segment`` passes: 16,384 for a small carry) nothing is re-run: one outer pass, whose inner
         loop sweeps the forward run's own segments, the last one masked, the others full. One copy
         of the sweep in the program (the replay, its largest part) and no conditional or loop entry
@@ -556,7 +556,7 @@ def loop_jvp(
     max_steps: int,
 ) -> tuple[Any, Any]:
     """The JVP of ``while cond(c, *cc): c = body(c, *bc)`` from ``c0`` (``primals = (c0, bc, cc)``),
-    as ``loop_tangent`` (whose transpose is the discrete adjoint): :func:`~.loops.while_fast_primal`'s
+    as ``loop_tangent`` (whose transpose is the discrete adjoint): `while_fast_primal`'s
     rule (``tangents`` may hold symbolic zeros). The forward run keeps its checkpoints for the
     adjoint."""
     c0, bc, cc = primals
@@ -569,7 +569,7 @@ def loop_jvp(
 
 
 def _checkpointed_run(base: LoopSpec) -> Callable[..., Any]:
-    """``(cl, bc, cc) -> (final carry, passes, checkpoints, T)`` (:meth:`LoopSpec.checkpointed`), as a
+    """``(cl, bc, cc) -> (final carry, passes, checkpoints, T)`` (`LoopSpec.checkpointed`), as a
     ``custom_jvp`` whose rule is this module's: so a derivative of a derivative (second order)
     differentiates the forward run by the same rule, never a ``while_loop`` in reverse mode. The
     checkpoints and counts are given zero tangents: their only user, the adjoint, is differentiated

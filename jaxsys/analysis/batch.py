@@ -1,11 +1,12 @@
 """Batched, sharded and multi-process simulation on JAX's own machinery.
 
-* :func:`stack_contexts` / :func:`randomize_contexts` build a batch: a context whose leaves have a
-  leading batch axis.
-* :func:`batch_simulate` runs ``jit(vmap(simulate))`` over the batch. With a ``jax.sharding.Mesh`` the
-  batch axis is sharded over the mesh's devices (``NamedSharding``); results come back sharded as
-  global arrays, and reductions over the batch (:meth:`BatchResult.mean`) run where the data is. A
-  batch that does not divide the device count is padded (with copies of its last member) and masked.
+* [`stack_contexts`][jaxsys.stack_contexts] / [`randomize_contexts`][jaxsys.randomize_contexts] build a
+  batch: a context whose leaves have a leading batch axis.
+* [`batch_simulate`][jaxsys.batch_simulate] runs ``jit(vmap(simulate))`` over the batch. With a
+  ``jax.sharding.Mesh`` the batch axis is sharded over the mesh's devices (``NamedSharding``);
+  results come back sharded as global arrays, and reductions over the batch (`BatchResult.mean`)
+  run where the data is. A batch that does not divide the device count is padded (with copies of
+  its last member) and masked.
 * Multi-process: after ``jax.distributed.initialize(...)`` (one process per host or device group,
   CPU collectives: ``jax.config.update("jax_cpu_collectives_implementation", "gloo")``) build a mesh
   over ``jax.devices()`` (all processes' devices) and call ``batch_simulate(..., process_local=True)``
@@ -119,7 +120,7 @@ def randomize_contexts(
     **Arguments:**
     - `parameters`: ``{group: dist}`` (a whole numeric parameter group) or ``{(group, element): dist}``.
     - `states`: ``{index: dist}`` for elements of the continuous state vector.
-    - a `dist` is :class:`Uniform`, :class:`Normal`, a ``(low, high)`` pair (uniform), or
+    - a `dist` is [`Uniform`][jaxsys.Uniform], [`Normal`][jaxsys.Normal], a ``(low, high)`` pair (uniform), or
       ``f(key, shape) -> array``.
     Everything else is the same in every member (MJX users' "randomise only these fields").
     """
@@ -151,7 +152,7 @@ def randomize_contexts(
 
 
 class BatchResult(eqx.Module):
-    """The result of :func:`batch_simulate`.
+    """The result of [`batch_simulate`][jaxsys.batch_simulate].
 
     **Fields:** `result` (a SimulationResult whose leaves have a leading batch axis, possibly padded and
     sharded), `mask` (which batch entries are real members), `num_members` (static).
@@ -258,14 +259,15 @@ def batch_simulate(
     the JAX way).
 
     **Arguments:**
-    - `contexts`: a batched context (:func:`stack_contexts`, :func:`randomize_contexts`).
-    - `integrator`, `save_at`, `record`, `**simulate_options`: as for :func:`~jaxsys.simulate`.
+    - `contexts`: a batched context ([`stack_contexts`][jaxsys.stack_contexts],
+      [`randomize_contexts`][jaxsys.randomize_contexts]).
+    - `integrator`, `save_at`, `record`, `**simulate_options`: as for [`simulate`][jaxsys.simulate].
     - `mesh`, `axis_name`: shard the batch axis over this mesh axis (default: the mesh's first axis).
       None: one device, ``jit(vmap(simulate))``.
     - `process_local`: ``contexts`` holds only this process's slice of the batch (multi-process runs);
       the slices of all processes, in process order, form the batch.
 
-    Returns a :class:`BatchResult`. Works inside ``jax.grad`` (the sharding is then a constraint).
+    Returns a [`BatchResult`][jaxsys.BatchResult]. Works inside ``jax.grad`` (the sharding is then a constraint).
     """
     system.validate_context(contexts)
     n_local = batch_size(contexts, "batch_simulate")

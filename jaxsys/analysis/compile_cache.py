@@ -2,7 +2,7 @@
 
 Every compiled program jaxsys keeps between calls (``simulate``'s compiled entries, the
 ``Simulator``'s advances, ``batch_simulate``'s runners, ``fit_parameters``' steps) lives in a
-:class:`SystemCache`: bounded (least recently used goes first) and keyed *weakly* on the system, so a
+`SystemCache`: bounded (least recently used goes first) and keyed *weakly* on the system, so a
 system the user drops is freed with its compiled programs. The functions a cache builds must not hold
 the system strongly: the builder receives a ``weakref.ref`` to it and dereferences it when tracing.
 
@@ -84,7 +84,7 @@ class SystemCache(Generic[V]):
 
 
 def clear_caches(jax_caches: bool = True) -> None:
-    """Drop every compiled program held between calls: jaxsys's (each :class:`SystemCache`) and, with
+    """Drop every compiled program held between calls: jaxsys's (each `SystemCache`) and, with
     ``jax_caches``, JAX's own (``jax.clear_caches()``).
 
     jaxsys frees a system's compiled programs when the system is garbage collected. JAX itself keeps
@@ -105,7 +105,7 @@ def clear_caches(jax_caches: bool = True) -> None:
 
 
 def cache_sizes() -> dict[str, int]:
-    """The number of entries of each :class:`SystemCache`, by name (for tests and diagnostics)."""
+    """The number of entries of each `SystemCache`, by name (for tests and diagnostics)."""
     out: dict[str, int] = {}
     for r in _ALL:
         cache = r()

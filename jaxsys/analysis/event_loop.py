@@ -11,7 +11,8 @@ One Drake step starting at time t:
 
 ``simulate`` runs initialization events first (unrestricted, discrete, then publishes, including
 periodic publishes due at the start time). Updates due exactly at ``t_final`` are left pending, as
-Drake's ``AdvanceTo`` does; :func:`advance_pending_events` performs them. Periodic event times are
+Drake's ``AdvanceTo`` does; [`advance_pending_events`][jaxsys.advance_pending_events] performs them. Periodic event
+times are
 ``offset + k * period`` from integer counters (no accumulated rounding); times within a relative
 1e-12 are simultaneous.
 
@@ -310,7 +311,7 @@ class EventProgram:
 
     def due(self, k: Array, t: Array) -> Array:
         """Per periodic event: is its next occurrence at t (within the simultaneity tolerance,
-        :func:`~jaxsys.framework.events.time_tolerance`)? An occurrence found before t (which the
+        `time_tolerance`)? An occurrence found before t (which the
         loop's truncation of steps at event times prevents) is due too: late, never lost."""
         if not self.periodic:
             return jnp.zeros((0,), bool)
@@ -470,7 +471,7 @@ def _index_of(events: list[Event], event: Event) -> int:
 
 
 class _MaskedWitnesses:
-    """An EventProgram whose inactive witnesses read as a constant 1 (see :meth:`EventProgram.masked`)."""
+    """An EventProgram whose inactive witnesses read as a constant 1 (see `EventProgram.masked`)."""
 
     def __init__(self, program: EventProgram, active: Array) -> None:
         self._program = program
@@ -509,7 +510,7 @@ def advance_pending_events(
     that name) (Drake's ``Simulator::AdvancePendingEvents``). No publishes, no integration.
 
     A simulation continued from the result must then pass ``updates_at_start=False`` (and no pending
-    witness events) to :func:`~jaxsys.simulate` (the :class:`~jaxsys.Simulator` does this for you).
+    witness events) to [`simulate`][jaxsys.simulate] (the [`Simulator`][jaxsys.Simulator] does this for you).
     ``count_into``: a dict whose ``num_unrestricted_updates`` / ``num_discrete_updates`` are
     incremented by the updates performed (concrete values only; the Simulator passes its statistics).
     """

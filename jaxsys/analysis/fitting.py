@@ -69,7 +69,7 @@ class FitParameter:
 
 @dataclasses.dataclass
 class FitResult:
-    """The outcome of :func:`fit_parameters`.
+    """The outcome of [`fit_parameters`][jaxsys.fit_parameters].
 
     **Fields:** `params` (name -> fitted value), `context` (the first experiment's context with the
     fitted parameters), `loss_history`, `final_loss`, `steps`, `seconds`, `method`, `converged`
@@ -225,7 +225,7 @@ def fit_parameters(
 
     **Arguments:**
     - `contexts`: one context per experiment (initial state, inputs, other parameters), or a list.
-    - `params`: name -> :class:`FitParameter` (which entry of which numeric parameter, and bounds).
+    - `params`: name -> [`FitParameter`][jaxsys.FitParameter] (which entry of which numeric parameter, and bounds).
     - `times`: measurement times, shape (n,) shared by all experiments, or (experiments, n) (NumPy or
       JAX arrays, or lists).
     - `measurements`: shape (experiments, n, k): what ``observe(context)`` should be at those times.
@@ -242,7 +242,7 @@ def fit_parameters(
     - `print_every`: print the loss and parameters every this many steps (0: silent; Adam prints at
       the end of its compiled chunks of steps).
 
-    Returns a :class:`FitResult`.
+    Returns a [`FitResult`][jaxsys.FitResult].
     """
     if method not in ("adam", "levenberg_marquardt", "gauss_newton"):
         raise JaxsysError(

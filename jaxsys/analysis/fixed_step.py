@@ -5,9 +5,9 @@ by addition and takes 10001 steps of 1e-3 to reach 10 s; jaxsys takes 10000); th
 shortened when the span is not a whole number of steps. With events (only when every periodic event
 time lies on the step grid and there are no witnesses), each scan iteration is one Drake step:
 updates, the step, publishes. Runs that do not fit (witnesses, events off the grid, times known only
-at run time) go to the while loop of :mod:`.stepping`.
+at run time) go to the while loop of `stepping`.
 
-Imports: the framework, :mod:`.event_loop`, :mod:`.loops`, :mod:`.recording`, :mod:`.results`.
+Imports: the framework, `event_loop`, `loops`, `recording`, `results`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def plan_fixed_steps(
     times only known at run time, or save times off the step grid).
 
     Times are on the grid when they are simultaneous with a grid time in the sense of
-    :func:`~jaxsys.framework.events.time_tolerance` (for ``dtype``), the rule every loop uses: a save
+    `time_tolerance` (for ``dtype``), the rule every loop uses: a save
     time just past a grid time (and a periodic event there) is not snapped back to it, so the record
     sees the update due at that grid time, as the while loop's record (and Drake's ``AdvanceTo``) does."""
     if t_final is None or ts is None:
@@ -68,7 +68,7 @@ class FixedStepScan:
     """One fixed-step run as a scan. ``events``: ``(program, periodic counters, logs, rest, counts,
     updates_at_start, status)`` for a system with events, else None.
 
-    An event handler that stops the run (an :class:`~jaxsys.EventStatus` that reached termination or
+    An event handler that stops the run (an [`EventStatus`][jaxsys.EventStatus] that reached termination or
     failed) turns the remaining steps into no-ops: the carry holds the status, the time the run
     stopped and the steps taken."""
 

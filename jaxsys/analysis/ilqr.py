@@ -47,7 +47,7 @@ LINE_SEARCH = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125)
 
 @dataclasses.dataclass
 class ILQRResult:
-    """The outcome of :func:`ilqr`.
+    """The outcome of [`ilqr`][jaxsys.ilqr].
 
     **Fields:** `times` (N+1,), `x` (N+1, n) states, `u` (N, m) inputs (held over each interval),
     `cost`, `cost_history`, `iterations`, `converged` (relative cost decrease below the tolerance),
@@ -342,7 +342,7 @@ def ilqr(
     - `max_iterations`, `tolerance` (relative cost decrease that ends the iterations),
       `regularization` (initial mu).
 
-    Returns an :class:`ILQRResult`; a warning names the options when it did not converge.
+    Returns an [`ILQRResult`][jaxsys.ILQRResult]; a warning names the options when it did not converge.
     """
     system.validate_context(context)
     N = int(num_steps)

@@ -151,10 +151,10 @@ def linearize(
     output_port_index: Any = None,
     equilibrium_check_tolerance: float | None = 1e-6,
 ) -> LinearSystem:
-    """The linearization about an equilibrium (Drake: ``Linearize``) as a :class:`LinearSystem` in
+    """The linearization about an equilibrium (Drake: ``Linearize``) as a [`LinearSystem`][jaxsys.LinearSystem] in
     deviation coordinates: δẋ = A δx + B δu, δy = C δx + D δu.
 
-    Raises :class:`NotEquilibriumError` (Drake's message) if f(x0, u0) (continuous) or x⁺ − x0
+    Raises [`NotEquilibriumError`][jaxsys.NotEquilibriumError] (Drake's message) if f(x0, u0) (continuous) or x⁺ − x0
     (discrete) exceeds ``equilibrium_check_tolerance`` in any component; pass None to skip the check.
     Discrete-time systems (one discrete group, one update period) give the discrete matrices.
     """
@@ -274,7 +274,7 @@ def continuous_algebraic_riccati(A: Any, B: Any, Q: Any, R: Any, N: Any = None, 
 
     Matrix-sign-function method on the Hamiltonian: only inverses and products, so ``jax.grad``
     goes through it. (Drake: ``ContinuousAlgebraicRiccatiEquation``.) The inputs are checked as Drake
-    checks them (:func:`check_lqr_inputs`): shapes always, and when their values are known, R positive
+    checks them (`check_lqr_inputs`): shapes always, and when their values are known, R positive
     definite, Q symmetric positive semidefinite, (A, B) stabilizable and (A, Q) detectable.
     """
     check_lqr_inputs(A, B, Q, R, N, "continuous_algebraic_riccati")
@@ -330,7 +330,8 @@ def discrete_algebraic_riccati_equation(
 
     Structure-preserving doubling (quadratically convergent; only inverses and products, so
     ``jax.grad`` and ``vmap`` go through it). Inputs are checked as for
-    :func:`continuous_algebraic_riccati`, with the discrete-time stabilizability / detectability tests
+    [`continuous_algebraic_riccati`][jaxsys.continuous_algebraic_riccati], with the discrete-time stabilizability /
+    detectability tests
     (modes with |λ| >= 1).
     """
     check_lqr_inputs(A, B, Q, R, N, "discrete_algebraic_riccati_equation", discrete=True)

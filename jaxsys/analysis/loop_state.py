@@ -1,15 +1,15 @@
 """The carry of the stepping loop, as named pytrees: one NamedTuple per concern.
 
-* :class:`Clock`: time and step sizes (the step to try, the ideal one, Drake's step statistics);
-* :class:`Counters`: integer statistics and the run's status;
-* :class:`FixedGrid`: fixed-step mode's grid origin (the last boundary) and steps since it;
-* :class:`EventCarry`: discrete/abstract state, periodic-event counters, publish logs, event counts;
-* :class:`Fsal`: the end-point derivative a first-same-as-last method reuses;
-* :class:`DenseStep`: the last attempted step and its interpolation data (``dense_output``);
-* :class:`NewtonCarry`: an implicit method's Jacobian and factorizations, and its Newton statistics;
-* :class:`LoopState`: all of them with the continuous state.
+* `Clock`: time and step sizes (the step to try, the ideal one, Drake's step statistics);
+* `Counters`: integer statistics and the run's status;
+* `FixedGrid`: fixed-step mode's grid origin (the last boundary) and steps since it;
+* `EventCarry`: discrete/abstract state, periodic-event counters, publish logs, event counts;
+* `Fsal`: the end-point derivative a first-same-as-last method reuses;
+* `DenseStep`: the last attempted step and its interpolation data (``dense_output``);
+* `NewtonCarry`: an implicit method's Jacobian and factorizations, and its Newton statistics;
+* `LoopState`: all of them with the continuous state.
 
-:class:`Clock` and :class:`Counters` keep their scalars packed in one vector each, behind named
+`Clock` and `Counters` keep their scalars packed in one vector each, behind named
 properties (``clock.t``, ``counters.attempts``) and a named ``replace(...)``: XLA's CPU runtime
 builds a vector of at most 8 scalars in one fused kernel, which measured one kernel a step attempt
 fewer than carrying separate scalars (about 0.01 us of a 0.3 us step). No call site indexes them by
@@ -82,7 +82,7 @@ class Counters(NamedTuple):
     """Integer statistics and status, packed in one int32 vector (see the module docstring).
 
     Properties: `steps` (accepted), `attempts`, `shrinkages` (by error control), `substep_failures`
-    (e.g. Newton failures), `status` (a :class:`~jaxsys.analysis.results.Status` code), `at_minimum`
+    (e.g. Newton failures), `status` (a `Status` code), `at_minimum`
     (1 while error control is pinned at the minimum step), `extra_evaluations` (derivative
     evaluations beyond those of the attempts: first-same-as-last refreshes).
     """
@@ -126,7 +126,7 @@ class EventCarry(NamedTuple):
     start-of-step updates), `counts` ([publishes, discrete updates, unrestricted updates]),
     `witness_pending` (witnesses that triggered at the end of the last step: their update events run
     at the start of the next), `status` (the handlers' and monitor's status so far, int32
-    ``[severity, reason index]``: see :meth:`~.event_loop.EventProgram.pack`).
+    ``[severity, reason index]``: see `pack`).
     """
 
     rest: Any
@@ -153,7 +153,7 @@ class DenseStep(NamedTuple):
     Packed in two vectors, ``th = [t, h]`` and ``xs = [x, x_new, data...]`` (the data's rows of the
     state's size, flattened), so that the loop carries two elements for it, not five: each element of
     a while loop's carry costs on a CPU at every step and at every entry of the loop (one per save).
-    Build it with :meth:`make`; read it with :attr:`t`, :attr:`h` and :meth:`states`."""
+    Build it with `make`; read it with `t`, `h` and `states`."""
 
     th: Array
     xs: Array

@@ -1,17 +1,17 @@
 """The loop primitives both stepping loops build on, and the bundle of what a run needs.
 
-* :class:`Run`: the system, its start context, the integrator, the vector field and the save times:
-  what :func:`~jaxsys.simulate` hands to the fixed-step scan (:mod:`.fixed_step`) or the stepping
-  while loop (:mod:`.stepping`).
-* :func:`bounded_while`: a while loop of at most ``max_steps`` passes that JAX differentiates in
+* `Run`: the system, its start context, the integrator, the vector field and the save times:
+  what [`simulate`][jaxsys.simulate] hands to the fixed-step scan (`fixed_step`) or the stepping
+  while loop (`stepping`).
+* `bounded_while`: a while loop of at most ``max_steps`` passes that JAX differentiates in
   both modes (nested, checkpointed scans).
-* :func:`while_fast_primal`: a while loop that runs as a plain ``lax.while_loop`` when evaluated and
-  is differentiated by :mod:`.adjoint` (discrete adjoint; forward sensitivity).
-* :func:`while_with_writes_fast_primal`: the same for a loop that also fills write-only buffers (the
+* `while_fast_primal`: a while loop that runs as a plain ``lax.while_loop`` when evaluated and
+  is differentiated by `adjoint` (discrete adjoint; forward sensitivity).
+* `while_with_writes_fast_primal`: the same for a loop that also fills write-only buffers (the
   saving loop's rows), which it updates in place when evaluated.
-* :class:`WhileLoop` / :func:`make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
+* `WhileLoop` / `make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
 
-Imports: the framework (System, Context) and :mod:`.integrators.base` only (and :mod:`.adjoint`,
+Imports: the framework (System, Context) and `integrators.base` only (and `adjoint`,
 which builds on this module, inside the derivative rule).
 """
 
@@ -42,14 +42,14 @@ def _stop_gradient_transpose(ct: Any, x: Any) -> tuple[Any]:
 # JAX issues #22011 / #39219: ``cond``'s batching rule (a batched predicate turns it into a select)
 # wraps every operand in ``stop_gradient``, tangents included, and ``stop_gradient`` has no transpose
 # rule; so ``grad(sum(vmap(f)))`` fails for any custom_jvp ``f`` whose rule holds a ``cond``, as
-# :func:`while_fast_primal`'s does. On a tangent, ``stop_gradient`` is the identity, whose transpose
+# `while_fast_primal`'s does. On a tangent, ``stop_gradient`` is the identity, whose transpose
 # is the identity: the rule lineax and optimistix register for the same bug (registered here only if
 # none is, so whichever library is imported first, the rule is the same).
 ad.primitive_transposes.setdefault(stop_gradient_p, _stop_gradient_transpose)
 
 
 class Run(NamedTuple):
-    """What both loops (scan and while) need from :func:`~jaxsys.simulate`.
+    """What both loops (scan and while) need from [`simulate`][jaxsys.simulate].
 
     **Fields:**
     - `system`, `context`: the system and its context at the start (after initialization events).
@@ -103,7 +103,7 @@ BOUNDED_OUTER_SMALL_CARRY_BYTES = 2048
 
 
 def bounded_levels(max_steps: int, carry_bytes: int) -> list[int]:
-    """The block lengths of :func:`bounded_while`, innermost first: their product is at least
+    """The block lengths of `bounded_while`, innermost first: their product is at least
     ``max_steps``.
 
     Two forces, measured on a CPU: each level is one more recomputation of the forward run in reverse
@@ -132,7 +132,7 @@ def bounded_while(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
     with two differences measured on a CPU: the innermost block of 16 passes runs its passes
     unconditionally and keeps the finished ones' carries by a select (in reverse mode a conditional per
     pass costs ~2-3 us, more than a small system's whole step); and further out, blocks of 64 for small
-    carries (fewer levels, so fewer recomputations; see :func:`bounded_levels`). A finished pass runs
+    carries (fewer levels, so fewer recomputations; see `bounded_levels`). A finished pass runs
     the body on its block's first carry, a state the loop really stepped from, so that reverse mode
     never meets the body's partials at a finished state (which may be infinite: a zero cotangent times
     them is NaN). A body holding a side effect (a host callback, an error check) is never run by a
@@ -180,14 +180,14 @@ def bounded_while(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
 
 def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: str = "adjoint") -> Any:
     """A while loop that runs as a plain ``lax.while_loop`` when it is evaluated, and is
-    differentiated by :mod:`.adjoint` (``reverse="adjoint"``, the default: forward mode by the plain
+    differentiated by `adjoint` (``reverse="adjoint"``, the default: forward mode by the plain
     loop's JVP, reverse mode by the discrete adjoint from checkpoints placed at run time, second
-    order through :func:`bounded_while`), or by :func:`bounded_while`'s JVP and its transpose
+    order through `bounded_while`), or by `bounded_while`'s JVP and its transpose
     (``reverse="bounded"``: nested scans, a fixed price per entry; kept for comparison).
 
     A ``custom_jvp`` keeps the fast loop for evaluation, ``vmap`` included; all loops run the same
     body, so values are identical. Closed-over arrays become explicit arguments
-    (:func:`closure`; packed by :func:`packed` inside the ``custom_jvp``, apart by whether their
+    (`closure`; packed by `packed` inside the ``custom_jvp``, apart by whether their
     tangent is zero) so that derivatives with respect to them are seen.
     """
     body_c, body_consts = closure(body, init)
@@ -333,8 +333,8 @@ def closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], 
 def packed(
     fn_c: Callable[..., Any], consts: list[Array], tangents: list[Any] | None = None
 ) -> tuple[Callable[..., Any], list[Array], list[Any] | None]:
-    """``(fn_p, packed consts, their tangents)`` for ``fn_c(*args, *consts)`` of :func:`closure`:
-    ``fn_p(*args, *packed)`` equals it, the consts packed by :func:`pack_arrays`, apart by whether
+    """``(fn_p, packed consts, their tangents)`` for ``fn_c(*args, *consts)`` of `closure`:
+    ``fn_p(*args, *packed)`` equals it, the consts packed by `pack_arrays`, apart by whether
     their tangent (``tangents``: None, or a list with symbolic zeros) is zero."""
     keys = None if tangents is None else [_is_symbolic_zero(t) for t in tangents]
     vectors, unpack, pack = pack_arrays(list(consts), keys)
@@ -365,10 +365,10 @@ def apply_writes(buffers: Any, writes: Writes) -> Any:
 
 def while_with_writes_fast_primal(cond: Any, body: Any, init: Any, buffers0: Any, max_steps: int) -> tuple[Any, Any]:
     """A while loop that also fills write-only buffers: ``body(carry) -> (carry, writes)`` (see
-    :func:`apply_writes`); returns ``(carry, buffers)``. The saving loop: one pass per save time.
+    `apply_writes`); returns ``(carry, buffers)``. The saving loop: one pass per save time.
 
     A plain ``lax.while_loop`` when evaluated (the buffers updated in place). Differentiated, the
-    same passes as :func:`scan_with_writes`: a scan of ``max_steps`` passes in blocks (each block's
+    same passes as `scan_with_writes`: a scan of ``max_steps`` passes in blocks (each block's
     passes recomputed once in reverse mode), the writes collected as the scan's outputs, so that
     the buffers are never carried or checkpointed; a finished pass is skipped by a conditional (one
     per save: cheap against the stepping loop inside it). Only the carry leaves and consts with a
@@ -487,9 +487,9 @@ def jvp_nonzero(fn: Callable[..., Any], primals: tuple[Any, ...], tangents: tupl
 
 class WhileLoop:
     """The loop flavour ``simulate(loop=...)`` asks for: ``while_loop(cond, body, init, max_steps)``,
-    and :meth:`with_writes` for a loop that fills buffers (the saving loop).
+    and `with_writes` for a loop that fills buffers (the saving loop).
 
-    ``"bounded"``: :func:`while_fast_primal` / :func:`while_with_writes_fast_primal` (plain while loops
+    ``"bounded"``: `while_fast_primal` / `while_with_writes_fast_primal` (plain while loops
     when evaluated). ``"checkpointed"``: equinox's checkpointed loop with ``checkpoints`` saved states
     for reverse mode (no forward mode).
     """
@@ -526,5 +526,5 @@ class WhileLoop:
 
 
 def make_while_loop(loop: str, checkpoints: int | None) -> WhileLoop:
-    """The :class:`WhileLoop` of the kind ``simulate(loop=...)`` asks for."""
+    """The `WhileLoop` of the kind ``simulate(loop=...)`` asks for."""
     return WhileLoop(loop, checkpoints)

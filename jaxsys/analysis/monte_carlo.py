@@ -1,4 +1,4 @@
-"""Drake's ``RandomSimulation`` / ``MonteCarloSimulation`` on :func:`~jaxsys.batch_simulate`: each
+"""Drake's ``RandomSimulation`` / ``MonteCarloSimulation`` on [`batch_simulate`][jaxsys.batch_simulate]: each
 sample's context is made from its own PRNG key, so any sample can be reproduced alone from the key
 the result reports (Drake's generator snapshot).
 
@@ -24,7 +24,8 @@ from .simulate import simulate
 
 @dataclasses.dataclass
 class MonteCarloResult:
-    """The outcome of :func:`monte_carlo_simulation` (Drake's list of ``RandomSimulationResult``).
+    """The outcome of [`monte_carlo_simulation`][jaxsys.monte_carlo_simulation] (Drake's list of
+    ``RandomSimulationResult``).
 
     **Fields:** `outputs`: ``output(final context)`` for every sample, stacked along a leading axis of
     ``num_samples``; `keys`: each sample's PRNG key data, (num_samples, 2): ``random_simulation(...,
@@ -73,11 +74,11 @@ def monte_carlo_simulation(
     **batch_options: Any,
 ) -> MonteCarloResult:
     """Many random simulations at once (Drake's ``MonteCarloSimulation``), as one ``vmap`` (or a sharded
-    batch: ``mesh=`` in ``batch_options``, see :func:`~jaxsys.batch_simulate`).
+    batch: ``mesh=`` in ``batch_options``, see [`batch_simulate`][jaxsys.batch_simulate]).
 
     Sample i's context is ``make_context(key_i)`` with key_i = ``fold_in(PRNGKey(seed), i)``;
     ``make_context`` must be traceable (use ``jax.random`` with the key, not NumPy). ``output`` maps the
-    final context to any pytree. A sample can be re-run alone with :func:`random_simulation` and
+    final context to any pytree. A sample can be re-run alone with [`random_simulation`][jaxsys.random_simulation] and
     ``result.keys[i]``.
     """
     if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):

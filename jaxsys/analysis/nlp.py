@@ -229,11 +229,13 @@ def slsqp(
 ) -> tuple[Any, dict[str, Any]]:
     """Minimize ``objective(z)`` s.t. ``equality(z) = 0``, ``inequality(z) <= 0`` and
     ``lower <= z <= upper`` with SciPy's SLSQP, given jit-compiled values, gradients and constraint
-    Jacobians (``jax.jacfwd``). Arguments as :func:`augmented_lagrangian`; ``max_iterations`` SQP
+    Jacobians (``jax.jacfwd``). Arguments as [`augmented_lagrangian`][jaxsys.augmented_lagrangian];
+    ``max_iterations`` SQP
     iterations, ``ftol`` SLSQP's objective tolerance (default 1e-10 in float64, 1e-5 in float32:
     float32 gradients are too noisy for a tighter one).
 
-    Returns (z, info) with info as :func:`augmented_lagrangian`'s ("iterations" are SQP iterations;
+    Returns (z, info) with info as [`augmented_lagrangian`][jaxsys.augmented_lagrangian]'s ("iterations" are SQP
+    iterations;
     "converged": SLSQP reported convergence and the violation is within ``tolerance``).
     """
     try:
@@ -304,7 +306,7 @@ def solve_nlp(
 ) -> tuple[Any, dict[str, Any]]:
     """Minimize ``objective(z)`` s.t. ``equality(z) = 0``, ``inequality(z) <= 0``, ``lower <= z <= upper``
     with ``solver`` (``"slsqp"`` or ``"augmented_lagrangian"``) and its ``options`` (see
-    :func:`slsqp` and :func:`augmented_lagrangian`). Returns (z, info)."""
+    [`slsqp`][jaxsys.slsqp] and [`augmented_lagrangian`][jaxsys.augmented_lagrangian]). Returns (z, info)."""
     if solver not in SOLVERS:
         raise JaxsysError(f"solver must be one of {sorted(SOLVERS)}, not {solver!r}.")
     fn = SOLVERS[solver]

@@ -1,7 +1,7 @@
 """Progress meters for long simulations (host callbacks from inside the compiled loop).
 
 ``simulate(..., progress_meter=TqdmProgressMeter())`` shows a tqdm bar of simulated time; the
-default :class:`NoProgressMeter` adds nothing to the loop. The meter is updated every
+default [`NoProgressMeter`][jaxsys.NoProgressMeter] adds nothing to the loop. The meter is updated every
 ``refresh_steps`` steps through ``jax.debug.callback``, so it works under ``jit``, ``vmap`` and
 ``grad`` (callbacks do not affect derivatives). Under ``vmap`` (``batch_simulate`` included) the
 callbacks are not batched: a custom batching rule reduces the batch first (the least advanced

@@ -1,15 +1,15 @@
 """Saving: the ``save_at`` times, their buffers, and the outer loop that fills them.
 
-* :func:`check_save_times`: eager checks of ``save_at`` (increasing, within ``t_final``).
-* :func:`record_buffer` / :func:`write_row`: buffers of the ``record`` function's pytree.
-* :func:`run_with_saving`: for the while loop, an outer loop over the save times around the stepping
+* `check_save_times`: eager checks of ``save_at`` (increasing, within ``t_final``).
+* `record_buffer` / `write_row`: buffers of the ``record`` function's pytree.
+* `run_with_saving`: for the while loop, an outer loop over the save times around the stepping
   loop. The buffers live only in the outer loop, so the stepping loop carries small arrays alone
   (XLA's CPU runtime runs a loop body whose buffers are all small far faster: ~0.4 vs ~1 us a step).
   Each pass either steps *to* the next save time and records there exactly (Drake's ``AdvanceTo``
   semantics), or, with ``dense_output``, takes one step past it and interpolates every save time that
-  step spans (up to :func:`dense_window` of them a pass).
+  step spans (up to `dense_window` of them a pass).
 
-Imports: the framework (Context, errors), :mod:`.loop_state`, :mod:`.results`.
+Imports: the framework (Context, errors), `loop_state`, `results`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ DENSE_WINDOW = 8  # with dense output, at most this many save times interpolated
 def dense_window(ts: Any, max_step: float | None) -> int:
     """How many save times one pass of the dense saving loop interpolates: as many as one step can
     span, ``ceil(max_step / smallest gap)`` when the save times are known while tracing, capped at
-    :data:`DENSE_WINDOW`. A slot costs its interpolation, record and predicated row write in every
+    `DENSE_WINDOW`. A slot costs its interpolation, record and predicated row write in every
     pass, used or not (about 1 us each on a CPU); saves a window misses are written by the next
     pass (which takes no step), so the window changes the speed, never the values."""
     n = int(np.shape(ts)[0])
@@ -144,8 +144,8 @@ def run_with_saving(
     ``advance(state, target)`` runs the stepping loop until time reaches ``target``; ``context_at``
     builds the context of a state at a time and continuous state; ``interpolate`` is the integrator's
     continuous extension for dense output (None: save by stepping to the save times); ``window``:
-    the save times interpolated per pass (:func:`dense_window`; None: as many as the save times
-    allow, up to :data:`DENSE_WINDOW`).
+    the save times interpolated per pass (`dense_window`; None: as many as the save times
+    allow, up to `DENSE_WINDOW`).
     """
     n_save = int(ts.shape[0])
     window = dense_window(ts, None) if window is None else max(1, min(window, n_save))

@@ -1,13 +1,14 @@
-"""What a simulation returns: its status, Drake's statistics and the :class:`SimulationResult`.
+"""What a simulation returns: its status, Drake's statistics and the [`SimulationResult`][jaxsys.SimulationResult].
 
-* :class:`Status`: the outcome of a run, an enumeration whose values are the messages a user reads
-  (as Diffrax's ``RESULTS``); inside the loop a status travels as its integer :attr:`Status.code`.
-* :class:`IntegratorStatistics` and :class:`SimulatorStatistics`: Drake's statistics, as arrays.
-* :class:`SimulationResult`: the final context, the recorded values, statistics, status and logs.
-* :class:`LoopOutput`: what a stepping loop hands back to :func:`~jaxsys.simulate` (internal).
+* [`Status`][jaxsys.Status]: the outcome of a run, an enumeration whose values are the messages a user reads
+  (as Diffrax's ``RESULTS``); inside the loop a status travels as its integer `Status.code`.
+* [`IntegratorStatistics`][jaxsys.IntegratorStatistics] and [`SimulatorStatistics`][jaxsys.SimulatorStatistics]:
+Drake's statistics, as arrays.
+* [`SimulationResult`][jaxsys.SimulationResult]: the final context, the recorded values, statistics, status and logs.
+* `LoopOutput`: what a stepping loop hands back to [`simulate`][jaxsys.simulate] (internal).
 
-Imports: the framework (Context, errors), :mod:`.event_loop` (``PublishLog``) and
-:mod:`.integrators.newton` (the names of the Newton statistics) only.
+Imports: the framework (Context, errors), `event_loop` (``PublishLog``) and
+`integrators.newton` (the names of the Newton statistics) only.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ Array = jax.Array
 class Status(enum.Enum):
     """The outcome of a simulation; each value is the message a user reads.
 
-    ``result.status`` holds the integer :attr:`code` (an array, so it works under ``jit`` and
-    ``vmap``); :meth:`SimulationResult.message` turns it back into text.
+    ``result.status`` holds the integer `code` (an array, so it works under ``jit`` and
+    ``vmap``); `SimulationResult.message` turns it back into text.
     """
 
     OK = "ok"
@@ -97,7 +98,7 @@ STATUS_NEWTON_FAILED = Status.NEWTON_FAILED.code
 STATUS_BAD_TIMES = Status.BAD_TIMES.code
 STATUS_EVENT_FAILED = Status.EVENT_FAILED.code
 STATUS_MESSAGES: dict[int, str] = {s.code: s.value for s in Status}
-"""Status code -> the message a user reads (the values of :class:`Status`)."""
+"""Status code -> the message a user reads (the values of [`Status`][jaxsys.Status])."""
 
 
 def working_minimum_resolution(dtype: Any) -> float:
@@ -227,7 +228,7 @@ class SimulatorStatusReason(enum.Enum):
 class SimulatorStatus:
     """How a simulation returned (Drake's ``SimulatorStatus``), from a concrete, unbatched result.
 
-    ``reason()`` (a :class:`SimulatorStatusReason`), ``boundary_time()`` (the time asked for),
+    ``reason()`` (a [`SimulatorStatusReason`][jaxsys.SimulatorStatusReason]), ``boundary_time()`` (the time asked for),
     ``return_time()`` (the time reached), ``system()`` (path of the system that stopped the run, '' if
     none), ``message()``, ``succeeded()`` (True only when the boundary time was reached, as Drake's),
     ``reached_termination()``, ``format_message()``.
@@ -306,27 +307,28 @@ class SimulatorStatus:
 
 
 class SimulationResult(eqx.Module):
-    """The result of :func:`~jaxsys.simulate`.
+    """The result of [`simulate`][jaxsys.simulate].
 
     **Fields:**
     - `context`: the final context (time ``t_final``).
     - `ts`: the ``save_at`` times, shape ``(n,)``.
     - `ys`: the recorded values at ``ts`` (the ``record`` function's pytree with a leading axis n).
-    - `stats`: :class:`IntegratorStatistics`.
-    - `status`: 0 ok; else the code of a :class:`Status` (messages in :data:`STATUS_MESSAGES`).
-    - `publish_logs`: one :class:`PublishLog` per per-step or periodic publish event, in the order
-      of ``system``'s events (use :meth:`get_publish_log`).
+    - `stats`: [`IntegratorStatistics`][jaxsys.IntegratorStatistics].
+    - `status`: 0 ok; else the code of a [`Status`][jaxsys.Status] (messages in
+      [`STATUS_MESSAGES`][jaxsys.STATUS_MESSAGES]).
+    - `publish_logs`: one [`PublishLog`][jaxsys.PublishLog] per per-step or periodic publish event, in the order
+      of ``system``'s events (use `get_publish_log`).
     - `simulator_stats`: Drake's simulator statistics (steps, publishes, updates).
     - `initialization_publishes`: the values recorded by initialization publish events.
     - `pending_witness_events`: per witness function, whether it triggered in the run's last step so
       that its update events are still pending (bool, shape ``(number of witnesses,)``): as Drake's
       ``AdvanceTo``, updates due at ``t_final`` are left for the next run. Pass it to the next
-      :func:`~jaxsys.simulate` (``pending_witness_events=``) or to
-      :func:`~jaxsys.advance_pending_events`; the :class:`~jaxsys.Simulator` does this for you.
+      [`simulate`][jaxsys.simulate] (``pending_witness_events=``) or to
+      [`advance_pending_events`][jaxsys.advance_pending_events]; the [`Simulator`][jaxsys.Simulator] does this for you.
       Systems with timed events (``do_calc_next_update_time``) have one more flag per timed event.
     - `event_status`: int32 ``[severity, reason index]`` of the statuses the event handlers and
       the monitor returned (first worst; severity 2 reached termination, 3 failed); read it with
-      :meth:`reached_termination` and :meth:`simulator_status`.
+      `reached_termination` and `simulator_status`.
     - `boundary_time`: the ``t_final`` asked for.
     - `status_reasons`: static ``(system path, message)`` pairs the reason index refers to.
     """
@@ -387,8 +389,8 @@ class SimulationResult(eqx.Module):
 
 
 class LoopOutput(NamedTuple):
-    """What a stepping loop (:mod:`.fixed_step` or :mod:`.stepping`) returns; :func:`~jaxsys.simulate`
-    checks it and builds the :class:`SimulationResult`."""
+    """What a stepping loop (`fixed_step` or `stepping`) returns; [`simulate`][jaxsys.simulate]
+    checks it and builds the [`SimulationResult`][jaxsys.SimulationResult]."""
 
     t: Array
     x: Array

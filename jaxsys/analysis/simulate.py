@@ -1,20 +1,20 @@
 """The entry point: ``simulate(system, context, t_final, ...)``, pure and jit-able.
 
-``simulate`` checks its inputs, runs the initialization events, then hands one :class:`~.loops.Run`
-to one of two loops and builds the :class:`~.results.SimulationResult` from what it returns:
+``simulate`` checks its inputs, runs the initialization events, then hands one `Run`
+to one of two loops and builds the `SimulationResult` from what it returns:
 
-* fixed-step runs whose step count is known while tracing: a ``lax.scan`` (:mod:`.fixed_step`);
+* fixed-step runs whose step count is known while tracing: a ``lax.scan`` (`fixed_step`);
 * everything else (error control, witnesses, times known only at run time): the while loop of step
-  attempts of :mod:`.stepping`, which follows Drake's ``Simulator::Step``, with step-size control
-  from :mod:`.step_size`, saving from :mod:`.recording` and witness isolation from
-  :mod:`.witness_isolation`.
+  attempts of `stepping`, which follows Drake's ``Simulator::Step``, with step-size control
+  from `step_size`, saving from `recording` and witness isolation from
+  `witness_isolation`.
 
 Problems are never silent: exceeding ``max_steps``, a step below the minimum, or a non-finite state
 sets ``result.status``; with ``throw=True`` (default) an error is raised (``equinox.error_if``, so it
 works inside ``jit``).
 
 Imports: the framework and every analysis module of the loop (this is the top of the loop's imports;
-:mod:`.simulator` builds on it).
+`simulator` builds on it).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def simulate(
     - `initialize`: run initialization events first, and publishes due at the start (Drake's
       ``Simulator::Initialize``). Pass False to continue from the final context of an earlier run.
     - `updates_at_start`: perform the updates due exactly at the start time (Drake does, in the
-      first step). False after :func:`advance_pending_events` already did them.
+      first step). False after [`advance_pending_events`][jaxsys.advance_pending_events] already did them.
     - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
       from their period and the horizon when those are known while tracing).
     - `witness_iterations`: precision of witness isolation: the crossing is isolated to a window of
@@ -213,16 +213,16 @@ def simulate(
       ``EVENT_FAILED`` status with ``throw=False``). Must be pure (it is traced).
     - `at_least_one_step`: take one step even when ``t_final`` is the start time (a step of zero
       length: the updates due now, the per-step publishes, the monitor), as every call of Drake's
-      ``AdvanceTo`` does; the :class:`~jaxsys.Simulator`'s ``advance_to(now)`` and
+      ``AdvanceTo`` does; the [`Simulator`][jaxsys.Simulator]'s ``advance_to(now)`` and
       ``advance_pending_events()`` pass True. Default False: a run to its own start time takes no step.
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
-      none; see :mod:`jaxsys.analysis.progress`).
+      none; see `jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
       the start time the static step plan (a ``lax.scan`` of known length) assumes. Default 0.0;
       a context that starts elsewhere raises an error instead of giving wrong times.
 
     **Stopping on an event.** Event handlers (and the monitor) may return an
-    :class:`~jaxsys.EventStatus` with their values. As in Drake's ``AdvanceTo``, a
+    [`EventStatus`][jaxsys.EventStatus] with their values. As in Drake's ``AdvanceTo``, a
     ``reached_termination`` status from an update at the start of a step stops the run before that
     step (the update is kept); from a publish or the monitor, after the step. The final context is
     the state at that time (``result.reached_termination()``, ``result.simulator_status()``), and
@@ -231,7 +231,7 @@ def simulate(
     run with an error naming the system and its message (``throw=False``: the ``EVENT_FAILED``
     status).
 
-    **Returns:** a :class:`SimulationResult`. Works under ``jax.jit`` (make ``system`` and
+    **Returns:** a [`SimulationResult`][jaxsys.SimulationResult]. Works under ``jax.jit`` (make ``system`` and
     ``integrator`` static, e.g. with ``eqx.filter_jit``), ``jax.vmap`` over contexts, and
     ``jax.grad`` / ``jax.jvp`` (any order, and combined with ``vmap`` either way round) with respect
     to anything numeric in the context.
@@ -481,7 +481,7 @@ def _simulate_body(
 
 def _times_ok(t0: Array, t_final: Array, ts: Array) -> Array:
     """The run-time check of times that were traced: finite, t0 <= t_final, save times finite, strictly
-    increasing and within [t0, t_final] (the eager checks of :func:`_check_inputs`, inside jit)."""
+    increasing and within [t0, t_final] (the eager checks of `_check_inputs`, inside jit)."""
     ok = jnp.isfinite(t0) & jnp.isfinite(t_final) & (t_final >= t0)
     if ts.shape[0]:
         scale = jnp.maximum(1.0, jnp.abs(t_final))
@@ -546,7 +546,7 @@ def _check_inputs(
     dense_output: bool,
 ) -> None:
     """Eager checks of simulate's arguments (those whose values are known while tracing); the traced
-    ones are checked in the run (:func:`_time_status`)."""
+    ones are checked in the run (`_time_status`)."""
     if not isinstance(system, System):
         raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
     system.validate_context(context)
@@ -679,7 +679,7 @@ def _make_run(
     ts: Array,
     progress: AbstractProgressMeter,
 ) -> Run:
-    """The :class:`~.loops.Run` bundle: the vector field and what integrators need besides it."""
+    """The `Run` bundle: the vector field and what integrators need besides it."""
     t0 = context.get_time()
     t_final_arr = jnp.asarray(t_final, t0.dtype)
     cs = context.get_continuous_state()

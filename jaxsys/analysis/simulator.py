@@ -1,9 +1,9 @@
-"""Drake's ``Simulator``: a thin, stateful wrapper around the pure :func:`~jaxsys.simulate`.
+"""Drake's ``Simulator``: a thin, stateful wrapper around the pure [`simulate`][jaxsys.simulate].
 
 Also re-exports what earlier versions of this module held (``simulate``, the result and statistics
 classes, the status codes), so ``from jaxsys.analysis.simulator import simulate`` keeps working.
 
-Imports: :mod:`.simulate`, :mod:`.event_loop`, :mod:`.integrators`, :mod:`.results`.
+Imports: `simulate`, `event_loop`, `integrators`, `results`.
 """
 
 from __future__ import annotations
@@ -50,13 +50,13 @@ _ADVANCE_TRACES = [0]  # how many times an advance was traced (tests check that 
 
 
 class MutableContext:
-    """What :meth:`Simulator.get_mutable_context` returns: a view of the simulator's current context.
+    """What `Simulator.get_mutable_context` returns: a view of the simulator's current context.
 
     Reads (``get_time()``, ``get_continuous_state_vector()``, ...) see the current context. Calls of
     its ``with_*`` methods, and of Drake's setter names (``SetContinuousState(x)``, ``SetTime(t)``,
     ``set_continuous_state(x)``: mapped to ``with_*``), replace the simulator's context by their
-    result, which they also return. ``get()`` returns the current :class:`~jaxsys.Context` (pass that,
-    not the view, to functions such as :func:`~jaxsys.simulate`).
+    result, which they also return. ``get()`` returns the current [`Context`][jaxsys.Context] (pass that,
+    not the view, to functions such as [`simulate`][jaxsys.simulate]).
     """
 
     __slots__ = ("_simulator",)
@@ -100,7 +100,7 @@ class MutableContext:
 
 
 class Simulator:
-    """A thin, stateful Drake-style wrapper around :func:`simulate` (Drake's ``Simulator``).
+    """A thin, stateful Drake-style wrapper around [`simulate`][jaxsys.simulate] (Drake's ``Simulator``).
 
     ``Simulator(system, context=None, integrator=None, witness_isolation=True)``; ``initialize()``,
     ``advance_to(t)``, ``advance_pending_events()``,
@@ -110,7 +110,7 @@ class Simulator:
     of one call is the start of the next, and updates left pending at its end (periodic, per-step and
     witness-triggered, as Drake's ``AdvanceTo``) are performed by the next.
     ``witness_isolation=False``: witness events fire at the end of the step in which the witness
-    changed sign (Drake's behaviour without a context accuracy); see :func:`~jaxsys.simulate`.
+    changed sign (Drake's behaviour without a context accuracy); see [`simulate`][jaxsys.simulate].
     """
 
     def __getattr__(self, name: str) -> Any:
@@ -176,9 +176,9 @@ class Simulator:
 
     def initialize(self) -> SimulatorStatus:
         """Run the initialization events, then publishes due at the start time and the monitor
-        (Drake: ``Initialize``). Called by the first :meth:`advance_to` if not called before.
+        (Drake: ``Initialize``). Called by the first `advance_to` if not called before.
 
-        Returns a :class:`~jaxsys.SimulatorStatus` (reached termination if a handler or the monitor
+        Returns a [`SimulatorStatus`][jaxsys.SimulatorStatus] (reached termination if a handler or the monitor
         said so); a failed handler raises an error naming its system and message, as Drake's."""
         program = EventProgram(self._system, self._monitor)
         program.bind_witnesses(self._context)
@@ -230,10 +230,10 @@ class Simulator:
 
     def advance_to(self, boundary_time: float) -> SimulatorStatus:
         """Advance the context to ``boundary_time`` (Drake: ``AdvanceTo``); returns a
-        :class:`~jaxsys.SimulatorStatus` (the new context is :meth:`get_context`).
+        [`SimulatorStatus`][jaxsys.SimulatorStatus] (the new context is `get_context`).
 
         Updates due exactly at ``boundary_time`` stay pending (performed by the next ``advance_to``
-        or by :meth:`advance_pending_events`); publishes due then are done. ``advance_to`` the current
+        or by `advance_pending_events`); publishes due then are done. ``advance_to`` the current
         time takes one step of zero length, which performs the updates due now, then the per-step
         publishes and the monitor (``advance_to(t0)`` after creation sees the state after the start
         time's updates), as every call of Drake's ``AdvanceTo`` takes at least one step. An event
@@ -288,7 +288,7 @@ class Simulator:
 
     def advance_pending_events(self) -> SimulatorStatus:
         """Perform the updates due at the current time (Drake: ``AdvancePendingEvents``); returns a
-        :class:`~jaxsys.SimulatorStatus`.
+        [`SimulatorStatus`][jaxsys.SimulatorStatus].
 
         As Drake's, this is ``advance_to(current time)``: one step of zero length, which performs the
         updates due now (periodic, per-step, and those of witnesses that triggered at the end of the
@@ -317,7 +317,7 @@ class Simulator:
 
     def get_publish_log(self, event: Any) -> PublishLog:
         """The log of one per-step or periodic publish event (an Event, or its name) over the whole
-        simulation so far: the sample at the start time (taken by :meth:`initialize`, as Drake's
+        simulation so far: the sample at the start time (taken by `initialize`, as Drake's
         ``Initialize`` publishes) followed by every ``advance_to``'s samples. Concrete values
         (``sample_times()``, ``data()``). Drake: the log a ``VectorLogSink`` keeps in the Simulator's
         context (``FindLog(simulator.get_context())``); ``sink.find_log(simulator)`` reads this."""
@@ -347,7 +347,7 @@ class Simulator:
     def get_mutable_context(self) -> MutableContext:
         """The simulator's context, changed in place as in Drake (``get_mutable_context``).
 
-        Contexts are values; this returns a :class:`MutableContext` view whose ``with_*`` methods (and
+        Contexts are values; this returns a [`MutableContext`][jaxsys.MutableContext] view whose ``with_*`` methods (and
         Drake's setter names: ``SetContinuousState``, ``SetTime``, ...) store their result as the
         simulator's context, so ``simulator.get_mutable_context().with_continuous_state(x)`` does what
         the Drake idiom does. Everything else reads the current context; ``.get()`` is the Context.
@@ -385,9 +385,9 @@ class Simulator:
         return self._rate
 
     def get_actual_realtime_rate(self) -> float:
-        """Simulated time advanced per second of wall-clock time since :meth:`initialize`,
-        :meth:`reset_statistics` or :meth:`set_target_realtime_rate` (Drake:
-        ``get_actual_realtime_rate``); NaN before :meth:`initialize` (as Drake's, whose start time is
+        """Simulated time advanced per second of wall-clock time since `initialize`,
+        `reset_statistics` or `set_target_realtime_rate` (Drake:
+        ``get_actual_realtime_rate``); NaN before `initialize` (as Drake's, whose start time is
         then unset), 0 before any simulated time has passed. Compilation of the first ``advance_to``
         counts as wall time, as any other delay does."""
         if not self._initialized:

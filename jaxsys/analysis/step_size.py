@@ -1,14 +1,14 @@
 """Step-size selection: which step to attempt, and whether to accept it (Drake's rules).
 
-* :func:`choose_step`: the step to attempt from t toward a boundary (the next event time, save time
+* `choose_step`: the step to attempt from t toward a boundary (the next event time, save time
   or ``t_final``): Drake's ``IntegrateAtMost`` truncation with the stretch factor, and the fixed-step
   grid of fixed-step mode.
-* :func:`error_control`: accept or reject an attempted step and choose the next one: Drake's
-  ``StepOnceErrorControlledAtMost`` with ``CalcAdjustedStepSize`` (:func:`adjust_step_size`) on the
-  weighted infinity norm of the error estimate (:func:`state_change_norm`, Drake's
+* `error_control`: accept or reject an attempted step and choose the next one: Drake's
+  ``StepOnceErrorControlledAtMost`` with ``CalcAdjustedStepSize`` (`adjust_step_size`) on the
+  weighted infinity norm of the error estimate (`state_change_norm`, Drake's
   ``CalcStateChangeNorm``); Newton failures of implicit methods are sub-step failures.
 
-Imports: the framework (System, Context) and :mod:`.integrators.base`, :mod:`.results` only.
+Imports: the framework (System, Context) and `integrators.base`, `results` only.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ Array = jax.Array
 
 
 class StepChoice(NamedTuple):
-    """The step :func:`choose_step` picked.
+    """The step `choose_step` picked.
 
     **Fields:** `h` (the step), `t_new` (where it ends: exactly the boundary when it reaches it),
     `reaches_boundary`, and `limited` (the step is shorter than error control asked for, so its
@@ -93,7 +93,7 @@ def choose_step(
 
 
 class Verdict(NamedTuple):
-    """What :func:`error_control` decided about an attempted step.
+    """What `error_control` decided about an attempted step.
 
     **Fields:** `accept`; `h_next` (the step error control asks for next); `at_minimum` (error control
     is pinned at the minimum step); `shrinkage` and `failure` (0/1: the step was shrunk by error

@@ -6,28 +6,28 @@ This follows Drake's ``Simulator::Step`` (simulator.h), in the order the code be
 1. **Start-of-step updates** (once per step, not again after a rejected attempt): the unrestricted
    updates, then the discrete updates, due at t (per-step events, periodic events whose next time is
    t, and the update events of witnesses that triggered at the end of the previous step).
-   :meth:`StepLoop.start_of_step`.
+   `StepLoop.start_of_step`.
 2. **Choose the step**: at most to the *boundary*, the earliest of the next periodic event time, the
    loop's target (the next save time, or ``t_final``); error control's step otherwise, with Drake's
-   truncation and stretch rules (``IntegrateAtMost``). :func:`~.step_size.choose_step`.
+   truncation and stretch rules (``IntegrateAtMost``). `choose_step`.
 3. **Attempt the step** with the integrator (reusing the first stage from the previous step's last,
    "first same as last", when the method allows it and no update changed the state).
-   :meth:`StepLoop.attempt`.
+   `StepLoop.attempt`.
 4. **Accept or reject** it: fixed steps are accepted if finite and the method succeeded; error
    control compares the weighted error norm with the accuracy, adjusts the next step
    (``CalcAdjustedStepSize``), and counts shrinkages and sub-step failures. A step whose Newton
    iteration failed is retried with half the step, in both modes. A rejected attempt retries the
    same step (go to 2).
-   :func:`~.step_size.error_control`.
+   `error_control`.
 5. **Witnesses**: if a witness function changed sign in its direction over the accepted step, the step
-   is cut back to just past its first crossing (:func:`~.witness_isolation.isolate_crossing`); the
+   is cut back to just past its first crossing (`isolate_crossing`); the
    witness's update events become pending for the next step's start, its publish events fire in 7.
-   :meth:`StepLoop.isolate_witnesses`.
-6. **Advance time** to the step's end and record the statistics. :meth:`StepLoop.commit`.
+   `StepLoop.isolate_witnesses`.
+6. **Advance time** to the step's end and record the statistics. `StepLoop.commit`.
 7. **End-of-step publishes** at the new time: per-step publishes, periodic publishes due then, and
-   triggered witnesses' publishes, written into the publish logs. :meth:`StepLoop.end_of_step`.
+   triggered witnesses' publishes, written into the publish logs. `StepLoop.end_of_step`.
 
-Handlers may return an :class:`~jaxsys.EventStatus`; the carry holds the run's status (first worst).
+Handlers may return an [`EventStatus`][jaxsys.EventStatus]; the carry holds the run's status (first worst).
 An update that reaches termination or fails ends the run before step 3 (the step is not taken); a
 publish or the monitor (called after the publishes of 7) ends it after the step. Timed events that
 a system schedules with ``do_calc_next_update_time`` (asked after the updates of 1) bound the step
@@ -36,11 +36,11 @@ like periodic events do (a time equal to now is a step of zero length); mode-dep
 
 Updates due exactly at the end time stay pending (Drake's ``AdvanceTo``); the next run (or
 ``advance_pending_events``) performs them. The loop is a ``lax.while_loop`` when evaluated and
-a bounded loop when differentiated (:func:`~.loops.while_fast_primal`); it stops when time
+a bounded loop when differentiated (`while_fast_primal`); it stops when time
 reaches the target, when the status is not ok, or after ``max_steps`` attempts.
 
-Imports: the framework, :mod:`.event_loop`, :mod:`.integrators.base`, :mod:`.loop_state`,
-:mod:`.loops`, :mod:`.recording`, :mod:`.results`, :mod:`.step_size`, :mod:`.witness_isolation`.
+Imports: the framework, `event_loop`, `integrators.base`, `loop_state`,
+`loops`, `recording`, `results`, `step_size`, `witness_isolation`.
 """
 
 from __future__ import annotations
@@ -131,13 +131,13 @@ class StepLoop:
     """The static configuration of one run's stepping loop and the pure functions of its steps.
 
     **Arguments:**
-    - `run`: the :class:`~.loops.Run` bundle.
+    - `run`: the `Run` bundle.
     - `fixed`: fixed-step mode (steps on a grid) instead of error control.
-    - `program`: the system's :class:`~.event_loop.EventProgram`, or None without events.
-    - `witness_iterations`: isolation precision (see :func:`~jaxsys.simulate`).
+    - `program`: the system's `EventProgram`, or None without events.
+    - `witness_iterations`: isolation precision (see [`simulate`][jaxsys.simulate]).
     - `witness_isolation`: isolate witness crossings (False: their events fire at the step's end).
     - `dense`: dense output (keep the last step's interpolation data).
-    - `while_loop`: the loop flavour (:func:`~.loops.make_while_loop`).
+    - `while_loop`: the loop flavour (`make_while_loop`).
     """
 
     def __init__(
@@ -350,8 +350,8 @@ class StepLoop:
         """Step 5: cut an accepted step from ``t`` back to just past the first witness crossing in it.
 
         Crossings are detected at the step's end and at interior points of its continuous extension
-        (:func:`~.witness_isolation.detect_crossings`) and isolated by trial steps
-        (:func:`~.witness_isolation.isolate_crossing`); without isolation (``witness_isolation=False``,
+        (`detect_crossings`) and isolated by trial steps
+        (`isolate_crossing`); without isolation (``witness_isolation=False``,
         Drake without a context accuracy) the events of a witness that changed sign fire at the end of
         the step. A non-finite witness value sets the status.
 

@@ -5,14 +5,14 @@ free final time.
 * The input is a first-order-hold trajectory through knots u_0..u_N on a uniform grid. Shooting
   simulates the plant under it with the ordinary simulator (a small wrapper system holds the plant and
   interpolates the knots: the user's plant is never added to a diagram or changed), and the optimized
-  input is a :class:`~jaxsys.PiecewisePolynomial` that can be fed to the plant with a
-  :class:`~jaxsys.TrajectorySource`.
+  input is a [`PiecewisePolynomial`][jaxsys.PiecewisePolynomial] that can be fed to the plant with a
+  [`TrajectorySource`][jaxsys.TrajectorySource].
 * Shooting simulates with ``simulate`` (fixed-step RK4, ``substeps`` steps per interval) in normalized
   time s = t / T (so the duration T can be a decision variable); multiple shooting simulates its
   segments in one ``vmap`` and adds continuity ("defect") constraints.
 * Collocation evaluates the plant's time derivatives at the knots and interval midpoints (vmapped)
   and imposes the Hermite-Simpson defects.
-* The nonlinear program is solved by :func:`~jaxsys.analysis.nlp.solve_nlp`: SciPy's SLSQP by default
+* The nonlinear program is solved by `solve_nlp`: SciPy's SLSQP by default
   (``solver="slsqp"``), or the pure-JAX augmented Lagrangian (``solver="augmented_lagrangian"``).
 
 Costs: ``running_cost(x, u) -> scalar`` integrated over time, ``final_cost(x) -> scalar``, and
@@ -255,7 +255,7 @@ def direct_shooting(
         time_cost: cost per second of duration (a minimum-time term, with a free final time).
         solver: ``"slsqp"`` (SciPy's SQP, the default) or ``"augmented_lagrangian"`` (pure JAX).
         solver_options: that solver's options (e.g. ``max_iterations``, ``tolerance``; see
-            :func:`~jaxsys.analysis.nlp.slsqp` and :func:`~jaxsys.augmented_lagrangian`).
+            `slsqp` and [`augmented_lagrangian`][jaxsys.augmented_lagrangian]).
     """
     N, M = int(num_intervals), int(num_segments)
     if N % M:
@@ -356,7 +356,7 @@ def direct_collocation(
     ``system`` (one vector input port) from the state in ``context``; the input is first-order hold
     between knots, the running cost integrated by Simpson's rule.
 
-    Arguments as :func:`direct_shooting` (state bounds apply at the knots after the first), plus
+    Arguments as [`direct_shooting`][jaxsys.direct_shooting] (state bounds apply at the knots after the first), plus
     ``x_init``: the initial guess of the knot states, shape (N+1, n) (default: a straight line from
     x0 to ``x_final``, or x0).
     """

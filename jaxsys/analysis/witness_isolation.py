@@ -1,32 +1,32 @@
 """Witness detection and isolation: where in a step a witness function first crosses zero in its
 direction.
 
-**Detection** (:func:`detect_crossings`). A witness is checked at the step's end *and* at
+**Detection** (`detect_crossings`). A witness is checked at the step's end *and* at
 ``WITNESS_SAMPLES - 1`` interior points of the step's quadratic continuous extension
 (x(θ) = x + θ h f(t, x) + θ² (x_new - x - h f(t, x))), relative to its value at the step's start. So two
 crossings inside one step (down and back up), which an end-point test cannot see, are found as long
 as they are more than ``h / WITNESS_SAMPLES`` apart (on the extension, which is within O(h³) of the
 step). The first sample where the witness has triggered bounds the first crossing.
 
-**Isolation** (:func:`isolate_crossing`). Every trial is one step of the same integrator from (t,
+**Isolation** (`isolate_crossing`). Every trial is one step of the same integrator from (t,
 x), as in Drake (no interpolation). For each witness that triggered, a bracket [lo, hi] of the step
 fraction (lo: not triggered, hi: triggered) is narrowed by Chandrupatla's method (inverse quadratic
 interpolation where it is safe, bisection where it is not, every trial at least half a window inside
 the bracket, so one-sided brackets, such as a witness that starts a step a hair from zero, converge
 too, and a converged estimate closes the bracket with one more trial) until it is no wider than the
-isolation window (:func:`isolation_window`): typically 3-5 trial steps. The state lands on the
+isolation window (`isolation_window`): typically 3-5 trial steps. The state lands on the
 bracket's triggered end, so it is never before the crossing and at most one window after it (and at least one window
 into the step, so that time always moves), and the witness cannot trigger again on the next step.
 The earliest crossing among the witnesses wins.
 
 **Derivatives.** The search runs on values whose derivatives are cut (a ``lax.while_loop``). The
-landing fraction is then :func:`crossing_fraction`: its value is the search's, its derivatives
+landing fraction is then `crossing_fraction`: its value is the search's, its derivatives
 (custom JVP rule, itself differentiable, so to any order) are those of the zero of the function that
 was root-found, tau -> w(t + tau, step(t, x, tau)), by the implicit function theorem, with that
 function's own rate (the trial step map's, not the ODE's): the derivative of what was computed, for
 every integrator and step size.
 
-Imports: :mod:`.event_loop` (``EventProgram``) only.
+Imports: `event_loop` (``EventProgram``) only.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def detect_crossings(
 
 def first_bracket(fired: Array, h: Array) -> tuple[Array, Array]:
     """Per witness, the step fractions (lo, hi), s, of the first pair of samples between which
-    :func:`detect_crossings` saw it trigger (``fired``: shape (samples, witnesses))."""
+    `detect_crossings` saw it trigger (``fired``: shape (samples, witnesses))."""
     m = fired.shape[0]
     first = jnp.argmax(fired, axis=0).astype(h.dtype)
     return first * (h / m), (first + 1.0) * (h / m)
@@ -123,7 +123,7 @@ def isolate_crossing(
 
     **Arguments:** `w0`, `w1`: the witness values at the step's ends; `candidates`, `lo0`, `hi0`: per
     witness, whether detection saw it trigger and between which step fractions, s
-    (:func:`detect_crossings`); `window`: the isolation window, s.
+    (`detect_crossings`); `window`: the isolation window, s.
 
     **Returns:** (landing time, state there, which witnesses triggered there, whether a crossing was
     isolated: False when no trial step confirms the detection, and the step is then kept whole).

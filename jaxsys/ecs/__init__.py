@@ -25,3 +25,27 @@ from .world import (
     World as World,
     WorldView as WorldView,
 )
+
+
+__all__ = [
+    "Column",
+    "Control",
+    "DEFAULT_PRIORITY",
+    "DiagramPhysics",
+    "EcsSystem",
+    "NULL_ENTITY",
+    "PHYSICS_PRIORITY",
+    "POST_PHYSICS_SENSOR_PRIORITY",
+    "PRE_PHYSICS_PRIORITY",
+    "RunnerState",
+    "TestFixture",
+    "USER_COMMANDS_PRIORITY",
+    "UpdateInfo",
+    "World",
+    "WorldView",
+    "configure",
+    "reset",
+    "run",
+    "step",
+    "system_order",
+]

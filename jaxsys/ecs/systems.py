@@ -1,11 +1,11 @@
 """ECS systems, UpdateInfo and the phase runner (gz-sim's System, UpdateInfo, SimulationRunner).
 
-A system subclasses :class:`EcsSystem` and implements the phases it needs:
+A system subclasses `EcsSystem` and implements the phases it needs:
 
 * ``configure(world) -> world`` once before running (gz-sim ``Configure``);
 * ``pre_update(info, world) -> world`` (read-write: controls, spawning);
 * ``update(info, world) -> world`` (read-write: physics);
-* ``post_update(info, view) -> outputs`` (read-only: ``view`` is a :class:`WorldView`; the outputs are
+* ``post_update(info, view) -> outputs`` (read-only: ``view`` is a `WorldView`; the outputs are
   collected per step);
 * ``reset(info, world) -> world``.
 
@@ -14,11 +14,11 @@ Update: 0 on a paused start, ``dt`` on an unpaused one; paused steps have dt = 0
 ``sim_time`` nor ``iterations``), then all PreUpdates in priority order (smaller first, ties in the
 order added), all Updates likewise, all PostUpdates, then the world's end of step. A system only
 changes components of entities that have all its ``requires`` components (and entities it creates):
-the runner discards other changes. :func:`run` is one ``lax.scan`` of gz-sim's runner loop: each pass
+the runner discards other changes. `run` is one ``lax.scan`` of gz-sim's runner loop: each pass
 updates the info, runs the phases, pauses at a run-to time or at the end of a multi-step, applies the
 world-control requests the systems made (``world.request_pause()`` etc.), and ends the step; a reset
 request makes the next pass a reset pass (the ``reset`` phase only, on the run's initial world).
-:class:`TestFixture` is gz-sim's test fixture; :func:`system_order` its SystemManager's view.
+`TestFixture` is gz-sim's test fixture; `system_order` its SystemManager's view.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class EcsSystem(eqx.Module):
         return getattr(self, "owner", NULL_ENTITY)
 
     def configure(self, world: World) -> World:
-        """Called once by :func:`configure` before running."""
+        """Called once by `configure` before running."""
         return world
 
     def pre_update(self, info: UpdateInfo, world: World) -> World:
@@ -126,7 +126,7 @@ class EcsSystem(eqx.Module):
         return None
 
     def reset(self, info: UpdateInfo, world: World) -> World:
-        """Called by :func:`reset`."""
+        """Called by `reset`."""
         return world
 
 
@@ -188,7 +188,7 @@ def step(
     world: World, info: UpdateInfo, systems: Sequence[EcsSystem], paused: Any, step_ns: int
 ) -> tuple[World, UpdateInfo, tuple[Any, ...]]:
     """One simulation step: advance info, PreUpdates, Updates, PostUpdates, end of step (world-control
-    requests are left in ``world.control``; :func:`run` applies them)."""
+    requests are left in ``world.control``; `run` applies them)."""
     info = info.advanced(paused, step_ns)
     world, outputs = _phases(world, info, systems)
     return world.end_of_step(), info, outputs
@@ -411,7 +411,7 @@ def reset(initial_world: World, systems: Sequence[EcsSystem]) -> tuple[World, Up
 
 
 class _Hooks(EcsSystem):
-    """An EcsSystem made of hook functions (see :class:`TestFixture`)."""
+    """An EcsSystem made of hook functions (see `TestFixture`)."""
 
     hooks: dict[str, Any] = eqx.field(static=True)
     name: str = eqx.field(static=True)
@@ -486,7 +486,7 @@ class TestFixture:
         return self._on("reset", fn)
 
     def run(self, num_steps: int, **kwargs: Any) -> TestFixture:
-        """Run ``num_steps`` steps (keyword arguments as :func:`run`); returns the fixture."""
+        """Run ``num_steps`` steps (keyword arguments as `run`); returns the fixture."""
         systems = list(self.systems)
         if self.hooks:
             systems.append(_hook_system(self.hooks, self.priority))

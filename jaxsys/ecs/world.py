@@ -1,6 +1,6 @@
 """The World: entities and components as struct-of-arrays pytrees (gz-sim's EntityComponentManager).
 
-An entity lives in a slot of ``[0, capacity)``. Each component type is a :class:`Column`: a data array
+An entity lives in a slot of ``[0, capacity)``. Each component type is a `Column`: a data array
 with one row per slot and a presence mask. Everything is arrays of static shape, so a World passes
 through ``jit``, batches under ``vmap`` and differentiates with respect to float component data.
 
@@ -9,12 +9,12 @@ handle of an entity is ``generation * capacity + slot``, where the slot's genera
 entity is removed from it. A handle kept after its entity was removed (stale), ``NULL_ENTITY``, or a
 number that was never a handle does not name any entity, whatever now lives in that slot:
 
-* reads (:meth:`World.component`) raise an error naming the operation (eagerly, or inside ``jit`` with
-  ``equinox.error_if``); :meth:`World.try_component` returns ``(value, found)`` instead (zeros when not
-  found, never NaN); :meth:`World.has_component` and :meth:`World.exists` say False;
-* writes and removal requests (:meth:`World.create_component`, :meth:`World.remove_component`,
-  :meth:`World.request_remove_entity`, :meth:`World.set_parent`) change nothing: called eagerly they
-  raise a :class:`~jaxsys.JaxsysError`; inside ``jit`` they are no-ops counted in
+* reads (`World.component`) raise an error naming the operation (eagerly, or inside ``jit`` with
+  ``equinox.error_if``); `World.try_component` returns ``(value, found)`` instead (zeros when not
+  found, never NaN); `World.has_component` and `World.exists` say False;
+* writes and removal requests (`World.create_component`, `World.remove_component`,
+  `World.request_remove_entity`, `World.set_parent`) change nothing: called eagerly they
+  raise a [`JaxsysError`][jaxsys.JaxsysError]; inside ``jit`` they are no-ops counted in
   ``world.invalid_operations``.
 
 The first generation's handles equal the slots (a fresh world's entity 3 is slot 3).
@@ -25,7 +25,7 @@ step; removal is a request carried out at the end of the step (recursive over ch
 Change tracking (gz-sim's ``ComponentState``): every write of a component marks it changed for that
 entity until the end of the step, as a one-time change (``OneTimeChange``, the default) or, when the
 writer says so, a periodic one (``PeriodicChange``: e.g. a pose that changes every step);
-:meth:`World.each_changed` selects either or both.
+`World.each_changed` selects either or both.
 """
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ class World(eqx.Module):
 
     **Fields:** `alive`, `new`, `removing` (bool, capacity), `parent` (int32 handles, capacity;
     ``NULL_ENTITY`` none), `generation` (int32, capacity: how many entities each slot has held and
-    lost), `components` (name -> :class:`Column`; the names are static structure),
+    lost), `components` (name -> `Column`; the names are static structure),
     `invalid_operations` (int32: writes or removals with a handle that names no entity, made inside
-    ``jit``, which did nothing), `control` (:class:`Control`: world-control requests of this step).
+    ``jit``, which did nothing), `control` (`Control`: world-control requests of this step).
     """
 
     alive: Array
@@ -348,7 +348,7 @@ class World(eqx.Module):
     def component(self, entity: Any, name: str) -> Array:
         """The value of component ``name`` of ``entity`` (gz-sim ``ComponentData``). An error (eagerly,
         or inside ``jit`` via ``error_if``) if the entity does not exist or lacks the component; see
-        :meth:`try_component` for a status instead."""
+        `try_component` for a status instead."""
         value, found = self.try_component(entity, name)
         self._check(entity, self.exists(entity), f"component(entity, {name!r})")
         known = _concrete(found)
@@ -463,7 +463,7 @@ class World(eqx.Module):
         """Ask the runner to pause from the next step where ``pause`` is true (gz-sim's ``events::Pause``
         / WorldControl ``pause``); where it is false this is no request (an earlier request of the step
         stands), so a watchdog may call ``world.request_pause(condition)`` every step. To play, use
-        :meth:`request_play`. May be traced."""
+        `request_play`. May be traced."""
         p = jnp.where(jnp.asarray(pause, bool), jnp.int32(1), self.control.pause)
         return dataclasses.replace(self, control=dataclasses.replace(self.control, pause=p))
 
@@ -543,47 +543,47 @@ class WorldView(eqx.Module):
     _world: World
 
     def each(self, names: Sequence[str]) -> Array:
-        """See :meth:`World.each`."""
+        """See `World.each`."""
         return self._world.each(names)
 
     def each_new(self, names: Sequence[str] = ()) -> Array:
-        """See :meth:`World.each_new`."""
+        """See `World.each_new`."""
         return self._world.each_new(names)
 
     def each_removed(self, names: Sequence[str] = ()) -> Array:
-        """See :meth:`World.each_removed`."""
+        """See `World.each_removed`."""
         return self._world.each_removed(names)
 
     def count(self, names: Sequence[str] = ()) -> Array:
-        """See :meth:`World.count`."""
+        """See `World.count`."""
         return self._world.count(names)
 
     def component(self, entity: Any, name: str) -> Array:
-        """See :meth:`World.component`."""
+        """See `World.component`."""
         return self._world.component(entity, name)
 
     def try_component(self, entity: Any, name: str) -> tuple[Array, Array]:
-        """See :meth:`World.try_component`."""
+        """See `World.try_component`."""
         return self._world.try_component(entity, name)
 
     def exists(self, entity: Any) -> Array:
-        """See :meth:`World.exists`."""
+        """See `World.exists`."""
         return self._world.exists(entity)
 
     def each_changed(self, name: str, kind: str = "any") -> Array:
-        """See :meth:`World.each_changed`."""
+        """See `World.each_changed`."""
         return self._world.each_changed(name, kind)
 
     def handles(self) -> Array:
-        """See :meth:`World.handles`."""
+        """See `World.handles`."""
         return self._world.handles()
 
     def has_component(self, entity: Any, name: str) -> Array:
-        """See :meth:`World.has_component`."""
+        """See `World.has_component`."""
         return self._world.has_component(entity, name)
 
     def column(self, name: str) -> Array:
-        """See :meth:`World.column` (a copy of the data: writing to it changes nothing)."""
+        """See `World.column` (a copy of the data: writing to it changes nothing)."""
         return self._world.column(name)
 
     @property

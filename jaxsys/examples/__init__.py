@@ -8,3 +8,14 @@ from .double_integrator import DoubleIntegrator as DoubleIntegrator
 from .pendulum import Pendulum as Pendulum
 from .spring_mass_damper import SpringMassDamper as SpringMassDamper
 from .van_der_pol import VanDerPol as VanDerPol
+
+
+__all__ = [
+    "Acrobot",
+    "BouncingBall",
+    "CartPole",
+    "DoubleIntegrator",
+    "Pendulum",
+    "SpringMassDamper",
+    "VanDerPol",
+]

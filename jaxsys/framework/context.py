@@ -13,12 +13,13 @@ Layouts follow Drake:
   ``DiagramContinuousState``), its discrete groups, abstract states and parameters are those of its
   leaves, in subsystem order.
 
-This module holds the abstract :class:`Context` and the :class:`LeafContext`; the value classes are
-in :mod:`.values` and the :class:`DiagramContext` (with its packed storage) in
-:mod:`.diagram_context`. All are re-exported here.
+This module holds the abstract [`Context`][jaxsys.Context] and the [`LeafContext`][jaxsys.LeafContext]; the value
+classes are
+in `values` and the [`DiagramContext`][jaxsys.DiagramContext] (with its packed storage) in
+`diagram_context`. All are re-exported here.
 
-Imports: :mod:`.values`, :mod:`.errors`, :mod:`.ids` (and, at the end, re-exports
-:mod:`.diagram_context`, which builds on this module).
+Imports: `values`, `errors`, `ids` (and, at the end, re-exports
+`diagram_context`, which builds on this module).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def _strip_ids(tree: Any) -> Any:
 
 
 class Context(abc.ABC):
-    """Abstract base of :class:`LeafContext` and :class:`DiagramContext` (Drake's ``Context``).
+    """Abstract base of [`LeafContext`][jaxsys.LeafContext] and [`DiagramContext`][jaxsys.DiagramContext] (Drake's
+    ``Context``).
 
     A Context holds time, state, parameters and fixed input values. It is immutable: ``with_*``
     methods return a new context. Contexts are created by ``system.create_default_context()``
@@ -110,7 +112,7 @@ class Context(abc.ABC):
         """A copy with the requested accuracy (Drake: ``SetAccuracy``): a unitless number in (0, 1], or
         None to unset it.
 
-        :func:`~jaxsys.simulate` uses it as Drake's Simulator does for witness isolation: crossings are
+        [`simulate`][jaxsys.simulate] uses it as Drake's Simulator does for witness isolation: crossings are
         isolated to a window of ``max(0.01 * accuracy * 1 s, working minimum step)`` instead of the
         step-relative ``step * 2**-witness_iterations``. It is structure (static), as in Drake a
         setting rather than a value: changing it recompiles a jitted simulation. Set it on the root
@@ -428,7 +430,7 @@ class Context(abc.ABC):
         Mirrors Drake's scalar-converting ``SetFrom`` rule from "System Compatibility": converted data
         is no longer valid data for the original System, so it carries no id and every System
         method refuses it. To get a context of another dtype that a system accepts, use
-        ``system.create_default_context(dtype=...)`` and :meth:`set_from`.
+        ``system.create_default_context(dtype=...)`` and `set_from`.
         """
         return _strip_ids(_cast_tree(self, dtype))
 
@@ -471,11 +473,11 @@ class LeafContext(Context):
 
     **Fields:**
     - `time`: scalar array, seconds.
-    - `state`: :class:`State`.
-    - `parameters`: :class:`Parameters`.
+    - `state`: [`State`][jaxsys.State].
+    - `parameters`: [`Parameters`][jaxsys.Parameters].
     - `inputs`: one entry per input port: the fixed (or diagram-supplied) value, or ``None``.
     - `system_id`: id of the creating LeafSystem (static).
-    - `accuracy`: the requested accuracy (static; see :meth:`Context.with_accuracy`), or None.
+    - `accuracy`: the requested accuracy (static; see `Context.with_accuracy`), or None.
     """
 
     time: Array

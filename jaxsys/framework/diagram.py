@@ -1,6 +1,6 @@
 """``Diagram``: a System made of subsystems wired together (Drake's ``Diagram<T>``).
 
-A Diagram is built by a :class:`~jaxsys.DiagramBuilder`. It is itself a System, so diagrams nest.
+A Diagram is built by a [`DiagramBuilder`][jaxsys.DiagramBuilder]. It is itself a System, so diagrams nest.
 Its context holds one subcontext per subsystem. At build time the whole tree of subsystems is
 flattened once into its leaves, every leaf input is resolved to its source (a leaf output port, or a
 value fixed on some context in the tree), direct feedthrough is composed, and algebraic loops are

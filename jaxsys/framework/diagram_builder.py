@@ -18,7 +18,7 @@ S = TypeVar("S", bound=System)
 
 
 class DiagramBuilder:
-    """Collects systems and connections, then :meth:`build` makes an immutable :class:`Diagram`.
+    """Collects systems and connections, then `build` makes an immutable [`Diagram`][jaxsys.Diagram].
 
     Mirrors Drake's DiagramBuilder: ``add_system``, ``add_named_system``, ``connect``,
     ``export_input``, ``export_output``, ``connect_input``, ``build``. Mistakes are reported when

@@ -1,12 +1,12 @@
 """The context of a Diagram (Drake's ``DiagramContext``), with packed storage.
 
 A DiagramContext holds one subcontext per subsystem. The contexts of identical leaf subsystems (a
-chain of 300 lags) are stored stacked in *packs* described by a static :class:`PackLayout`, so a
+chain of 300 lags) are stored stacked in *packs* described by a static `PackLayout`, so a
 large diagram's context is a few arrays; every accessor still sees ordinary per-subsystem contexts.
 The continuous state is read and written block-wise with a static permutation to Drake's
 ``[q..., v..., z...]`` order.
 
-Imports: :mod:`.context` (the Context base and LeafContext), :mod:`.values`, :mod:`.ids`.
+Imports: `context` (the Context base and LeafContext), `values`, `ids`.
 """
 
 from __future__ import annotations
@@ -95,10 +95,10 @@ class DiagramContext(Context):
       (JAX's per-array cost at every ``jit`` call grows with the number of arrays).
     - `inputs`: values fixed on the diagram's own (exported) input ports, or ``None``.
     - `system_id`: id of the Diagram (static).
-    - `layout`: a :class:`PackLayout`: where each subcontext is stored (static).
-    - `accuracy`: the requested accuracy (static; see :meth:`Context.with_accuracy`), or None.
+    - `layout`: a `PackLayout`: where each subcontext is stored (static).
+    - `accuracy`: the requested accuracy (static; see `Context.with_accuracy`), or None.
 
-    The storage is invisible to users: :attr:`subcontexts` and every accessor return ordinary
+    The storage is invisible to users: `subcontexts` and every accessor return ordinary
     per-subsystem contexts.
     """
 
@@ -306,7 +306,7 @@ class DiagramContext(Context):
         return self._with_cont_blocks(xs)
 
     def _with_cont_blocks(self, xs: list[Array]) -> DiagramContext:
-        """Inverse of :meth:`_cont_blocks`: new x per block, same order; consumes ``xs``."""
+        """Inverse of `_cont_blocks`: new x per block, same order; consumes ``xs``."""
         loose: list[Context] = []
         for sub in self.loose:
             if isinstance(sub, DiagramContext):

@@ -1,6 +1,6 @@
 """Evaluating a built Diagram: its flattened structure (``_Flat``) and the per-call evaluator that
 computes leaf inputs, outputs and time derivatives from a diagram context (``_Evaluator``), with
-memoized outputs and the vectorised groups of identical leaves (see :mod:`.vectorize`).
+memoized outputs and the vectorised groups of identical leaves (see `vectorize`).
 
 Imports (within jaxsys): ``context``, ``diagram``, ``errors``, ``leaf_system``, ``system``,
 ``vectorize``.

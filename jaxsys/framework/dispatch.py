@@ -1,6 +1,6 @@
 """Event dispatch for LeafSystems and Diagrams (a Diagram dispatches to its leaves).
 
-For each kind, the events that are due are collated per leaf into one :class:`EventCollection`
+For each kind, the events that are due are collated per leaf into one [`EventCollection`][jaxsys.EventCollection]
 and that leaf's handler for the kind is called once (``do_publish``,
 ``do_calc_discrete_variable_updates``, ``do_calc_unrestricted_update``), as Drake's EventCollection
 page specifies. All leaves see the same pre-update context; their results are then combined.
@@ -124,7 +124,7 @@ def dispatch_publish_with_status(
     system: System, context: Context, events: EventCollection
 ) -> tuple[tuple[Any, ...], EventStatus]:
     """Run the publish handlers; returns one recorded value per event in ``events`` (None if none)
-    and the handlers' combined :class:`~jaxsys.EventStatus` (first worst, in leaf order)."""
+    and the handlers' combined [`EventStatus`][jaxsys.EventStatus] (first worst, in leaf order)."""
     leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     recorded: dict[int, Any] = {}
     statuses = []

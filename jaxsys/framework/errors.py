@@ -1,6 +1,6 @@
 """Exceptions raised by jaxsys.
 
-Every error jaxsys raises at build or trace time is a subclass of :class:`JaxsysError`, and its
+Every error jaxsys raises at build or trace time is a subclass of [`JaxsysError`][jaxsys.JaxsysError], and its
 message names the system (by its path in the diagram, e.g. ``::diagram::plant``), the port or state
 involved, what was expected and what was given.
 

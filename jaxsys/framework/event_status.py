@@ -1,7 +1,7 @@
 """What an event handler reports (Drake's ``EventStatus``), as a value that works inside ``jit``.
 
 A handler (a declared event's callback, an overridden ``do_*`` handler, or the simulation's monitor)
-may return an :class:`EventStatus` alongside its result:
+may return an [`EventStatus`][jaxsys.EventStatus] alongside its result:
 
 * publish: ``value``, ``None``, ``status`` or ``(value, status)``;
 * discrete update: ``values``, ``status`` (values unchanged) or ``(values, status)``;
@@ -17,9 +17,9 @@ A handler that returns no status *succeeded*. The severities, in Drake's order:
 ====================  =========================================================================
 
 Which severity a handler reports may depend on traced values (``EventStatus.reached_termination_if(
-x[0] < 0, "fell over")`` or :meth:`EventStatus.select`); the *messages* are static strings (fixed
+x[0] < 0, "fell over")`` or `EventStatus.select`); the *messages* are static strings (fixed
 when the simulation is traced; Drake formats them at run time). Statuses combine "first worst"
-(:meth:`EventStatus.keep_more_severe`): the most severe wins, the earliest among equals.
+(`EventStatus.keep_more_severe`): the most severe wins, the earliest among equals.
 
 Each status knows every message it may carry (``reasons``, static) and which one it carries
 (``which``, traced), so a combined status is still one small array pair inside a loop.
@@ -102,7 +102,7 @@ class EventStatus(eqx.Module):
     Build with ``EventStatus.succeeded()``, ``EventStatus.did_nothing()``,
     ``EventStatus.reached_termination(system, message)``, ``EventStatus.failed(system, message)``
     (``system`` may be omitted: the system whose handler returns the status is filled in), or their
-    traced forms :meth:`reached_termination_if` / :meth:`failed_if`. On a status, ``status.succeeded()``
+    traced forms `reached_termination_if` / `failed_if`. On a status, ``status.succeeded()``
     etc. are predicates (bool arrays), as Drake's.
     """
 

@@ -59,7 +59,7 @@ class Event:
 
     **Fields:**
     - `kind`: ``"publish"``, ``"discrete_update"`` or ``"unrestricted_update"``.
-    - `trigger`: a :class:`TriggerType`.
+    - `trigger`: a [`TriggerType`][jaxsys.TriggerType].
     - `callback`: the handler (see the module docstring), or None for an event handled by an
       overridden ``do_publish`` / ``do_calc_discrete_variable_updates`` / ``do_calc_unrestricted_update``.
     - `period`, `offset`: for periodic events, s (Drake's ``PeriodicEventData``).
@@ -128,7 +128,7 @@ class EventCollection:
 
     ``active`` is None when every event is active (a concrete collection built by hand), else a
     boolean array, one entry per event, which may be traced: an overridden ``do_*`` handler should
-    use ``jnp.where`` / ``lax.cond`` on :meth:`is_active` rather than Python ``if``.
+    use ``jnp.where`` / ``lax.cond`` on `is_active` rather than Python ``if``.
     """
 
     def __init__(self, events: Sequence[Event] = (), active: Any = None) -> None:

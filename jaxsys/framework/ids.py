@@ -49,7 +49,7 @@ def describe_system_id(system_id: int) -> str:
 
 
 def validate_created_for(system: System, obj: Any, what: str | None = None) -> None:
-    """Raise :class:`SystemMismatchError` unless ``obj`` carries ``system``'s id.
+    """Raise [`SystemMismatchError`][jaxsys.SystemMismatchError] unless ``obj`` carries ``system``'s id.
 
     Mirrors Drake's ``System::ValidateCreatedForThisSystem``; ``what`` names the object kind
     (defaults to its type name).

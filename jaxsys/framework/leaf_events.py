@@ -3,7 +3,7 @@ functions, constraints, and the overridable event handlers (Drake's ``LeafSystem
 ``MakeWitnessFunction``, ``DoPublish``, ``DoCalcDiscreteVariableUpdates``,
 ``DoCalcUnrestrictedUpdate``).
 
-:class:`LeafEvents` is a field-less base class of :class:`~jaxsys.LeafSystem`; its methods use the
+`LeafEvents` is a field-less base class of [`LeafSystem`][jaxsys.LeafSystem]; its methods use the
 LeafSystem's ``_spec``.
 
 Imports (within jaxsys): ``constraints``, ``context``, ``dispatch``, ``errors``, ``events``,
@@ -105,7 +105,7 @@ def _with_status(result: Any, statuses: list[EventStatus | None]) -> Any:
 
 
 class LeafEvents(System):
-    """Event, witness and constraint declarations of :class:`~jaxsys.LeafSystem` (no fields)."""
+    """Event, witness and constraint declarations of [`LeafSystem`][jaxsys.LeafSystem] (no fields)."""
 
     # ===== declarations: events ===================================================================
     def _declare_event(
@@ -223,17 +223,17 @@ class LeafEvents(System):
 
     # ===== timed events (scheduled by do_calc_next_update_time) ======================================
     def declare_timed_publish_event(self, publish: Callable[[Context], Any], name: str = "") -> Event:
-        """A publish event that happens when this system's :meth:`do_calc_next_update_time` schedules
+        """A publish event that happens when this system's `do_calc_next_update_time` schedules
         it (Drake: an event with ``TriggerType::kTimed``); ``publish(context) -> value or None``."""
         return self._declare_event(PUBLISH, TriggerType.TIMED, publish, name=name)
 
     def declare_timed_discrete_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
-        """A discrete update scheduled by :meth:`do_calc_next_update_time`:
+        """A discrete update scheduled by `do_calc_next_update_time`:
         ``update(context, discrete_state) -> new values``."""
         return self._declare_event(DISCRETE_UPDATE, TriggerType.TIMED, update, name=name)
 
     def declare_timed_unrestricted_update_event(self, update: Callable[..., Any], name: str = "") -> Event:
-        """An unrestricted update scheduled by :meth:`do_calc_next_update_time`:
+        """An unrestricted update scheduled by `do_calc_next_update_time`:
         ``update(context, state) -> State``."""
         return self._declare_event(UNRESTRICTED_UPDATE, TriggerType.TIMED, update, name=name)
 
@@ -264,7 +264,7 @@ class LeafEvents(System):
 
         **Arguments:**
         - `description`: a name for messages and logs.
-        - `direction`: a :class:`WitnessFunctionDirection` (or its name, e.g.
+        - `direction`: a [`WitnessFunctionDirection`][jaxsys.WitnessFunctionDirection] (or its name, e.g.
           ``"positive_then_non_positive"``).
         - `calc`: ``calc(context) -> scalar``.
         - `event`: fired at a triggering crossing: ``jaxsys.PublishEvent(cb)``,
@@ -324,7 +324,7 @@ class LeafEvents(System):
         """Handle the simultaneous publish events of this system (Drake: ``DoPublish``).
 
         Default: each active event's callback, in order. Returns one recorded value (or None) per
-        event; when a callback returns an :class:`~jaxsys.EventStatus` (``status`` or ``(value,
+        event; when a callback returns an [`EventStatus`][jaxsys.EventStatus] (``status`` or ``(value,
         status)``), returns ``(values, combined status)``. An override must not (and cannot) change
         the state; it may return ``(values, status)`` too.
         """
@@ -358,7 +358,7 @@ class LeafEvents(System):
 
         Default: each active event's ``callback(context, values_so_far)`` in order; all read the
         same ``context`` (the state before this update). A callback may return an
-        :class:`~jaxsys.EventStatus` (alone: values unchanged; or ``(values, status)``); a did-nothing
+        [`EventStatus`][jaxsys.EventStatus] (alone: values unchanged; or ``(values, status)``); a did-nothing
         or failed status discards that callback's values. With statuses, returns ``(values, combined
         status)``.
         """
@@ -385,7 +385,7 @@ class LeafEvents(System):
         """Handle the simultaneous unrestricted-update events (Drake: ``DoCalcUnrestrictedUpdate``).
 
         Default: each active event's ``callback(context, state_so_far) -> State`` in order; statuses as
-        in :meth:`do_calc_discrete_variable_updates`.
+        in `do_calc_discrete_variable_updates`.
         """
         from .dispatch import check_state
 

@@ -348,8 +348,9 @@ class LeafSystem(LeafEvents):
     def declare_state_output_port(self, name: str | None, state_index: Any) -> OutputPort:
         """Declare an output port that copies a state (Drake: ``DeclareStateOutputPort``).
 
-        ``state_index`` is a :class:`ContinuousStateIndex` (the whole continuous state), a
-        :class:`DiscreteStateIndex` (one group) or an :class:`AbstractStateIndex`.
+        ``state_index`` is a [`ContinuousStateIndex`][jaxsys.ContinuousStateIndex] (the whole continuous state), a
+        [`DiscreteStateIndex`][jaxsys.DiscreteStateIndex] (one group) or an
+        [`AbstractStateIndex`][jaxsys.AbstractStateIndex].
         """
         spec = self._spec
         if isinstance(state_index, DiscreteStateIndex):

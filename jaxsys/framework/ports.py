@@ -1,9 +1,9 @@
 """Input and output ports (Drake's ``InputPort`` / ``OutputPort``).
 
 Ports are static structure: plain, immutable Python objects made by ``declare_*_port`` (or by a
-DiagramBuilder for exported ports). Their values live in a Context: :meth:`InputPort.eval` reads the
-value fixed on the port or supplied by the enclosing Diagram, :meth:`InputPort.fix_value` returns a
-new context with a fixed value (Drake's ``FixValue``), :meth:`OutputPort.eval` computes the output.
+DiagramBuilder for exported ports). Their values live in a Context: `InputPort.eval` reads the
+value fixed on the port or supplied by the enclosing Diagram, `InputPort.fix_value` returns a
+new context with a fixed value (Drake's ``FixValue``), `OutputPort.eval` computes the output.
 
 Imports (within jaxsys): ``context``, ``errors``, ``system``.
 """
@@ -175,8 +175,9 @@ class InputPort(_Port):
     def eval(self, context: Context) -> Any:
         """The port's value in ``context`` (Drake: ``InputPort::Eval``).
 
-        The value is the one fixed on the port (:meth:`fix_value`) or, inside a Diagram, the value of
-        the output port it is connected to. Raises :class:`InputPortNotConnectedError` if neither.
+        The value is the one fixed on the port (`fix_value`) or, inside a Diagram, the value of
+        the output port it is connected to. Raises [`InputPortNotConnectedError`][jaxsys.InputPortNotConnectedError]
+        if neither.
         """
         self._system.validate_context(context)
         return self._system._eval_input_raw(context, self._index)
@@ -214,5 +215,5 @@ class OutputPort(_Port):
         return self._system._calc_output_raw(context, self._index)
 
     def calc(self, context: Context) -> Any:
-        """Same as :meth:`eval` (Drake: ``OutputPort::Calc``; there is no cache to bypass)."""
+        """Same as `eval` (Drake: ``OutputPort::Calc``; there is no cache to bypass)."""
         return self.eval(context)

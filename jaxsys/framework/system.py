@@ -3,7 +3,7 @@
 A System is an immutable ``equinox.Module``. Its structure (name, ports, state layout, constraints,
 events) is static Python data held in a private ``_spec`` object created by the constructor; all
 values that vary between runs (time, state, parameters, input values) live in a
-:class:`~jaxsys.Context`. Public methods take a context, check that it was made by this system
+[`Context`][jaxsys.Context]. Public methods take a context, check that it was made by this system
 (Drake's "System Compatibility"), and return values: nothing is written through output arguments.
 
 Drake's scalar-type templating (``System<double>``, ``System<AutoDiffXd>``, ``ToAutoDiffXd``) has no
@@ -130,7 +130,7 @@ class System(SystemEvents, SystemConstraints):
         contains it (or of this system itself, if it is the root). Drake: ``GetMyContextFromRoot``.
 
         Contexts are values: change the returned context and put it back with
-        :meth:`set_my_context_in_root` (or do both with :meth:`update_my_context_in_root`). Connected
+        `set_my_context_in_root` (or do both with `update_my_context_in_root`). Connected
         input ports hold their values at ``root_context`` (snapshots).
         """
         root = self._root_system()
@@ -270,7 +270,7 @@ class System(SystemEvents, SystemConstraints):
         return self._allocate_context(dtype or default_float_dtype())
 
     def allocate_context(self, dtype: Any = None) -> Context:
-        """Same as :meth:`create_default_context` (Drake: ``AllocateContext``).
+        """Same as `create_default_context` (Drake: ``AllocateContext``).
 
         Allocation and setting defaults are one step in jaxsys.
         """
@@ -339,7 +339,7 @@ class System(SystemEvents, SystemConstraints):
 
     # ===== compatibility =======================================================================
     def validate_context(self, context: Any) -> None:
-        """Raise :class:`SystemMismatchError` unless ``context`` was made by this system.
+        """Raise [`SystemMismatchError`][jaxsys.SystemMismatchError] unless ``context`` was made by this system.
 
         Drake: ``ValidateContext`` / ``ValidateCreatedForThisSystem``.
         """
@@ -426,7 +426,7 @@ class System(SystemEvents, SystemConstraints):
         """All (input port index, output port index) pairs with direct feedthrough.
 
         Declared where the system declared it; otherwise found by tracing the output calc
-        (see :mod:`jaxsys.framework.feedthrough`). Drake: ``GetDirectFeedthroughs``.
+        (see `jaxsys.framework.feedthrough`). Drake: ``GetDirectFeedthroughs``.
         """
         if self._spec.feedthrough_cache is None:
             self._spec.feedthrough_cache = frozenset(self._compute_direct_feedthroughs())
@@ -507,12 +507,12 @@ class System(SystemEvents, SystemConstraints):
 
     def velocity_to_qdot(self, context: Context, v: jax.Array) -> jax.Array:
         """qdot = N(q) v at ``context`` (Drake: ``MapVelocityToQDot``) without the eager shape check of
-        :meth:`map_velocity_to_qdot`: the form a loop or an integrator calls on traced values."""
+        `map_velocity_to_qdot`: the form a loop or an integrator calls on traced values."""
         return self._map_raw(context, v, "v_to_qdot")
 
     def qdot_to_velocity(self, context: Context, qdot: jax.Array) -> jax.Array:
         """v = N⁺(q) qdot at ``context`` (Drake: ``MapQDotToVelocity``) without the eager shape check of
-        :meth:`map_qdot_to_velocity`: the form a loop or an integrator calls on traced values."""
+        `map_qdot_to_velocity`: the form a loop or an integrator calls on traced values."""
         return self._map_raw(context, qdot, "qdot_to_v")
 
     def map_velocity_to_qdot(self, context: Context, generalized_velocity: Any) -> jax.Array:
@@ -580,7 +580,7 @@ class System(SystemEvents, SystemConstraints):
     def get_graphviz_string(self, max_depth: int = 1_000_000) -> str:
         """A Graphviz ``dot`` description of this system (Drake: ``GetGraphvizString``).
 
-        Render it with ``dot -Tsvg`` or :func:`jaxsys.plot_system`. ``max_depth`` limits how many
+        Render it with ``dot -Tsvg`` or [`plot_system`][jaxsys.plot_system]. ``max_depth`` limits how many
         levels of nested diagrams are expanded.
         """
         from .graphviz import graphviz_string
@@ -616,7 +616,7 @@ class System(SystemEvents, SystemConstraints):
         return self
 
     def to_autodiff_xd_maybe(self) -> System:
-        """Same as :meth:`to_autodiff_xd` (every jaxsys system supports it)."""
+        """Same as `to_autodiff_xd` (every jaxsys system supports it)."""
         return self
 
     def to_symbolic(self) -> System:
@@ -628,7 +628,7 @@ class System(SystemEvents, SystemConstraints):
         return self
 
     def to_symbolic_maybe(self) -> System:
-        """Same as :meth:`to_symbolic`."""
+        """Same as `to_symbolic`."""
         return self
 
     def to_scalar_type(self, dtype: Any = None) -> System:

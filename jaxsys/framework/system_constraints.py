@@ -1,7 +1,7 @@
 """The constraint methods every System has (Drake's ``System<T>`` constraint API): ``add_constraint``,
 ``check_constraints``, the constraint equations and their overridable ``do_*`` points.
 
-:class:`SystemConstraints` is a field-less base class of :class:`~jaxsys.System`; its methods use the
+`SystemConstraints` is a field-less base class of [`System`][jaxsys.System]; its methods use the
 System's ``_spec`` and validation methods.
 
 Imports (within jaxsys): ``constraints``, ``context``, ``errors``.
@@ -25,7 +25,7 @@ from .errors import ConstraintError
 
 @dataclasses.dataclass(frozen=True)
 class ConstraintReport:
-    """The result of :meth:`System.check_constraints`: one row per constraint."""
+    """The result of `System.check_constraints`: one row per constraint."""
 
     rows: list[tuple[SystemConstraint, np.ndarray, float]]
     tol: float
@@ -52,7 +52,7 @@ class ConstraintReport:
 
 
 class SystemConstraints(eqx.Module):
-    """Constraint methods of :class:`~jaxsys.System` (a base class without fields)."""
+    """Constraint methods of [`System`][jaxsys.System] (a base class without fields)."""
 
     # ===== constraints =========================================================================
     def add_constraint(self, constraint: SystemConstraint) -> SystemConstraintIndex:
@@ -88,7 +88,7 @@ class SystemConstraints(eqx.Module):
     def check_constraints(self, context: Context, tol: float = 1e-6) -> ConstraintReport:
         """Evaluate every constraint (of this system and, for a Diagram, its subsystems).
 
-        Returns a :class:`ConstraintReport` listing each constraint with its value, bounds and
+        Returns a [`ConstraintReport`][jaxsys.ConstraintReport] listing each constraint with its value, bounds and
         violation; ``bool(report)`` is True when all are satisfied within ``tol``.
         """
         self.validate_context(context)
@@ -115,7 +115,7 @@ class SystemConstraints(eqx.Module):
     def eval_constraint_equations_dot(self, context: Context) -> jax.Array:
         """dg/dt (Drake: ``EvalConstraintEquationsDot``).
 
-        The default differentiates :meth:`eval_constraint_equations` along the state trajectory
+        The default differentiates `eval_constraint_equations` along the state trajectory
         with ``jax.jvp`` (direction xdot, time rate 1); override ``do_eval_constraint_equations_dot``
         to give it in closed form.
         """
@@ -137,11 +137,11 @@ class SystemConstraints(eqx.Module):
         return jnp.asarray(self.do_calc_constraint_error_norm(context, error))
 
     def do_eval_constraint_equations(self, context: Context) -> jax.Array:
-        """Override point for :meth:`eval_constraint_equations`; default: no equations."""
+        """Override point for `eval_constraint_equations`; default: no equations."""
         return jnp.zeros((0,), context.time.dtype)
 
     def do_eval_constraint_equations_dot(self, context: Context) -> jax.Array:
-        """Override point for :meth:`eval_constraint_equations_dot`; default: a ``jax.jvp``."""
+        """Override point for `eval_constraint_equations_dot`; default: a ``jax.jvp``."""
         x = context.get_continuous_state_vector()
         xdot = self._calc_time_derivatives_raw(context)
 

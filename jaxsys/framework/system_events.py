@@ -2,7 +2,7 @@
 event collections, ``publish`` / ``calc_discrete_variable_updates`` / ``calc_unrestricted_update``,
 ``calc_next_update_time``, ``get_witness_functions`` / ``evaluate_witness``.
 
-:class:`SystemEvents` is a field-less base class of :class:`~jaxsys.System`; its methods use the
+`SystemEvents` is a field-less base class of [`System`][jaxsys.System]; its methods use the
 System's ``_spec`` and validation methods.
 
 Imports (within jaxsys): ``context``, ``dispatch``, ``errors``, ``events``, ``leaf_system``.
@@ -23,7 +23,7 @@ from .events import CompositeEventCollection
 
 
 class SystemEvents(eqx.Module):
-    """Event and witness methods of :class:`~jaxsys.System` (a base class without fields)."""
+    """Event and witness methods of [`System`][jaxsys.System] (a base class without fields)."""
 
     # ===== events ==============================================================================
     def _events_where(self, predicate: Callable[[Any], bool]) -> list[Any]:
@@ -175,7 +175,7 @@ class SystemEvents(eqx.Module):
         """The witness functions of this system and its subsystems active in ``context`` (Drake:
         ``GetWitnessFunctions``). A mode-dependent witness (returned with ``active_if(condition)`` by
         an overridden ``do_get_witness_functions``) is listed when its condition holds (concrete
-        contexts) or always (traced ones: use :meth:`witness_activity` for the mask)."""
+        contexts) or always (traced ones: use `witness_activity` for the mask)."""
         witnesses, active = self.witness_activity(context)
         out = []
         for w, a in zip(witnesses, active):

@@ -3,9 +3,9 @@
 
 Each is a frozen dataclass registered as a pytree whose structure (sizes, the owning system's id) is
 static and whose values are leaves; setters return new objects. Also the dtype helpers and the
-system-id rewriting (:func:`with_system_id`) that contexts share.
+system-id rewriting (`with_system_id`) that contexts share.
 
-Imports: :mod:`.errors` and :mod:`.ids` only.
+Imports: `errors` and `ids` only.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A diagram built from many copies of one block (a chain of lags, a bank of filter
 would otherwise be traced and compiled leaf by leaf: compile time and run time grow with N, and XLA
 runs hundreds of tiny kernels per evaluation. Here, leaves that are structurally identical (same
 code: one class, or classes whose attributes are the same functions and values, see
-:func:`class_signature`; same static configuration, same state/parameter/port layout, same calc
+`class_signature`; same static configuration, same state/parameter/port layout, same calc
 functions) form a *group*; the group's outputs that have no direct feedthrough and its time derivatives are computed
 by one ``jax.vmap`` over the members' stacked contexts. Inputs of a group are gathered from a "bus":
 the concatenation of every source array feeding that input, indexed by a static index vector.
@@ -72,7 +72,7 @@ _ATTRIBUTE_SIGS: dict[int, tuple[Any, Any]] = {}  # id(attribute) -> (attribute,
 
 
 def _cached_attribute_sig(value: Any) -> Any:
-    """:func:`_attribute_sig`, or None where it is identity-based; cached per attribute object
+    """`_attribute_sig`, or None where it is identity-based; cached per attribute object
     (classes share most attributes through their bases)."""
     hit = _ATTRIBUTE_SIGS.get(id(value))
     if hit is not None and hit[0] is value:

@@ -1,7 +1,7 @@
 """Witness functions (Drake's ``WitnessFunction``): scalar functions of the context whose zero
 crossings, in a given direction, trigger an event during a simulation.
 
-A LeafSystem declares them with :meth:`LeafSystem.declare_witness_function` (or makes one with
+A LeafSystem declares them with `LeafSystem.declare_witness_function` (or makes one with
 ``make_witness_function`` and returns it from an overridden ``do_get_witness_functions``). The set
 of witness functions is static structure: it is fixed when the simulation is traced.
 
@@ -77,7 +77,7 @@ class WitnessFunction:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ConditionalWitness:
-    """A witness function with an activity condition (see :meth:`WitnessFunction.active_if`)."""
+    """A witness function with an activity condition (see `WitnessFunction.active_if`)."""
 
     witness: WitnessFunction
     condition: Any

@@ -1,6 +1,6 @@
 """Multibody plants: robots from MuJoCo models (MJCF) as systems of a Diagram, computed by MJX.
 
-``MujocoPlant`` and the rest of :mod:`jaxsys.multibody.mujoco_plant` import ``mujoco``; they are loaded
+``MujocoPlant`` and the rest of `jaxsys.multibody.mujoco_plant` import ``mujoco``; they are loaded
 on first access (``jaxsys.MujocoPlant`` or ``jaxsys.multibody.MujocoPlant``), so ``import jaxsys``
 works without MuJoCo installed. ``pip install "jaxsys[mujoco]"`` installs MuJoCo and MJX.
 

@@ -1,7 +1,7 @@
 """``MujocoPlant``: a multibody plant from a MuJoCo model (MJCF), computed by MJX.
 
 Drake's centre is ``MultibodyPlant``; here the multibody physics is MuJoCo's own JAX implementation
-(MJX), wrapped as a :class:`~jaxsys.LeafSystem` so that a robot is a block of a Diagram like any
+(MJX), wrapped as a [`LeafSystem`][jaxsys.LeafSystem] so that a robot is a block of a Diagram like any
 other, and ``jax.grad`` / ``jax.vmap`` go through it.
 
 Two modes, as Drake's ``MultibodyPlant(time_step)``:
@@ -18,10 +18,10 @@ Two modes, as Drake's ``MultibodyPlant(time_step)``:
   group 0 ``qpos``, 1 ``qvel``, 2 ``act``, 3 ``qacc_warmstart`` — so a run to N steps equals
   ``mjx.step`` applied N times; the context's time is MuJoCo's ``time``.
 
-Numeric parameters: chosen fields of ``mjx.Model`` (default :data:`DEFAULT_MODEL_PARAMETERS`) live in
+Numeric parameters: chosen fields of ``mjx.Model`` (default `DEFAULT_MODEL_PARAMETERS`) live in
 the context, one numeric parameter group each (flattened), so they can be fitted, randomized and
-batched; read and write them by MuJoCo's field names with :meth:`MujocoPlant.get_model_parameter` and
-:meth:`MujocoPlant.with_model_parameter`. MuJoCo's derived constants (``body_subtreemass``,
+batched; read and write them by MuJoCo's field names with `MujocoPlant.get_model_parameter` and
+`MujocoPlant.with_model_parameter`. MuJoCo's derived constants (``body_subtreemass``,
 ``dof_invweight0``, ...) keep the values of the model as loaded, as when ``MjModel`` fields are written
 without calling ``mj_setConst``: they scale the contact softness, not the rigid-body dynamics.
 
@@ -113,7 +113,7 @@ class MujocoModelError(DeclarationError):
 
 def model_path(name: str) -> str:
     """The path of an MJCF model shipped with jaxsys: ``"acrobot"`` (Drake's AcrobotPlant parameters),
-    ``"cart_pole"`` (as :class:`jaxsys.examples.CartPole`), ``"planar_arm"`` (three links, motors,
+    ``"cart_pole"`` (as `jaxsys.examples.CartPole`), ``"planar_arm"`` (three links, motors,
     sensors), ``"box_on_plane"`` (a free cube on the ground, with friction), ``"tumbling_body"`` (a
     torque-free rigid body); ``"humanoid"`` and ``"barkour"`` (Google's Barkour v0 quadruped, position
     servos, a height-field floor) are MJX's test models, read from the installed ``mujoco`` package."""
@@ -203,7 +203,7 @@ class MujocoPlant(LeafSystem):
     - `time_step`: ``0.0``: continuous (Drake's ``MultibodyPlant(0.0)``); ``None`` (default): discrete
       with the model's ``opt.timestep``; ``> 0``: discrete with this step, s.
     - `parameters`: the ``mjx.Model`` fields held as numeric parameters in the context (default
-      :data:`DEFAULT_MODEL_PARAMETERS`); any float field of ``mjx.Model`` may be named.
+      `DEFAULT_MODEL_PARAMETERS`); any float field of ``mjx.Model`` may be named.
     - `solver_iterations`: overrides the model's ``opt.iterations`` (constraint solver iterations);
       ``1`` makes ``jax.grad`` work through contacts (see the module docstring).
     - `name`: the system's name (default: the model's name, else ``"mujoco_plant"``).
@@ -216,8 +216,8 @@ class MujocoPlant(LeafSystem):
     - output ``generalized_acceleration`` (size nv): v̇ (``qacc``) at the context; direct feedthrough.
     - output ``sensors`` (size nsensordata): MuJoCo's ``sensordata`` at the context (acceleration-stage
       sensors make it depend on the inputs).
-    - output ``body_poses``: a :class:`BodyPoses` (no direct feedthrough).
-    - output ``contact_results``: a :class:`ContactResults` (direct feedthrough: forces depend on the
+    - output ``body_poses``: a [`BodyPoses`][jaxsys.BodyPoses] (no direct feedthrough).
+    - output ``contact_results``: a [`ContactResults`][jaxsys.ContactResults] (direct feedthrough: forces depend on the
       inputs).
 
     State and parameter layout: see the module docstring. Names of joints, bodies, actuators, geoms and
@@ -380,7 +380,7 @@ class MujocoPlant(LeafSystem):
         return int(self._model.mj.nu)
 
     def num_actuated_dofs(self) -> int:
-        """Same as :meth:`num_actuators` (Drake: ``num_actuated_dofs``)."""
+        """Same as `num_actuators` (Drake: ``num_actuated_dofs``)."""
         return self.num_actuators()
 
     def num_activations(self) -> int:
@@ -491,9 +491,9 @@ class MujocoPlant(LeafSystem):
         return self._set_own(context, lambda c: c.with_numeric_parameter(k, jnp.reshape(value, (-1,))))
 
     def fit_parameter(self, root_context: Context, name: str, element: int | tuple[int, ...] = 0, **bounds: Any) -> Any:
-        """A :class:`jaxsys.FitParameter` for entry ``element`` of model field ``name`` (an index into
+        """A [`FitParameter`][jaxsys.FitParameter] for entry ``element`` of model field ``name`` (an index into
         the field's MuJoCo shape, e.g. ``body_mass`` ``3`` or ``body_inertia`` ``(2, 1)``), numbered in
-        ``root_context`` (the context :func:`jaxsys.fit_parameters` is given). ``bounds``: ``lower``,
+        ``root_context`` (the context [`fit_parameters`][jaxsys.fit_parameters] is given). ``bounds``: ``lower``,
         ``upper``, ``positive``."""
         from ..analysis.fitting import FitParameter
 

@@ -1,10 +1,10 @@
-"""Pictures of a :class:`~jaxsys.MujocoPlant`'s motion: frames from MuJoCo's offscreen renderer, an
+"""Pictures of a `MujocoPlant`'s motion: frames from MuJoCo's offscreen renderer, an
 animated GIF or MP4, and a plot of joint trajectories.
 
 Headless machines need an OpenGL that works without a screen: EGL (Debian: ``libegl1``, the default
 jaxsys chooses when no ``DISPLAY`` is set and ``MUJOCO_GL`` is unset) or OSMesa (``apt-get install
 libosmesa6`` and ``MUJOCO_GL=osmesa``), chosen by the ``MUJOCO_GL`` environment variable before
-``mujoco`` is imported. Where none works, :func:`render_frames` raises :class:`RenderingUnavailable`
+``mujoco`` is imported. Where none works, `render_frames` raises `RenderingUnavailable`
 saying what to install.
 
 Imports (within jaxsys): ``multibody.mujoco_plant``.

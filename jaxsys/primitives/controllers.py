@@ -38,8 +38,8 @@ class FiniteHorizonLQRResult:
     and the gain K(t) of u = u0(t) − K(t) (x − x0(t)), as trajectories.
 
     **Fields:** `times` (num_steps + 1,) the integration grid on [t0, tf]; `S` and `K`
-    (:class:`~jaxsys.PiecewisePolynomial`, cubic Hermite in t, values flattened row-major: S is n·n, K
-    is m·n); `x0`, `u0` the nominal trajectories. Use :meth:`S_at` / :meth:`K_at` for matrices.
+    ([`PiecewisePolynomial`][jaxsys.PiecewisePolynomial], cubic Hermite in t, values flattened row-major: S is n·n, K
+    is m·n); `x0`, `u0` the nominal trajectories. Use `S_at` / `K_at` for matrices.
     """
 
     times: np.ndarray
@@ -225,9 +225,11 @@ class _TimeVaryingLQR(LeafSystem):
 
 
 def make_finite_horizon_linear_quadratic_regulator(*args: Any, **kwargs: Any) -> LeafSystem:
-    """The controller of :func:`finite_horizon_linear_quadratic_regulator` as a system (Drake's
+    """The controller of
+    [`finite_horizon_linear_quadratic_regulator`][jaxsys.finite_horizon_linear_quadratic_regulator] as a system (Drake's
     ``MakeFiniteHorizonLinearQuadraticRegulator``): input ``plant_state``, output ``control``,
-    u = u0(t) − K(t) (x − x0(t)). Same arguments; or pass a :class:`FiniteHorizonLQRResult`."""
+    u = u0(t) − K(t) (x − x0(t)). Same arguments; or pass a
+    [`FiniteHorizonLQRResult`][jaxsys.FiniteHorizonLQRResult]."""
     if len(args) == 1 and isinstance(args[0], FiniteHorizonLQRResult):
         return _TimeVaryingLQR(args[0], **kwargs)
     name = kwargs.pop("name", "")

@@ -49,7 +49,7 @@ class DiscreteDerivative(LeafSystem):
     Discrete state: group 0 u[n], group 1 u[n−1] (initially zero), and with
     ``suppress_initial_transient`` group 2 the number of samples taken: the output is zero until two
     samples exist (a start from t = 0 would otherwise see the step from 0 to u[0]). Ports ``u`` and
-    ``dudt`` (no direct feedthrough). :meth:`set_input_history` sets the past samples (and turns the
+    ``dudt`` (no direct feedthrough). `set_input_history` sets the past samples (and turns the
     suppression off), as Drake's.
     """
 
@@ -95,7 +95,7 @@ class DiscreteDerivative(LeafSystem):
 
 
 class StateInterpolatorWithDiscreteDerivative(LeafSystem):
-    """The state [q, q̇] from a position signal q, q̇ by a :class:`DiscreteDerivative` (Drake's
+    """The state [q, q̇] from a position signal q, q̇ by a [`DiscreteDerivative`][jaxsys.DiscreteDerivative] (Drake's
     ``StateInterpolatorWithDiscreteDerivative(num_positions, time_step, suppress_initial_transient)``,
     there a diagram of a DiscreteDerivative and a Multiplexer; here one leaf with the same state and
     behaviour). Input ``position`` (n), output ``state`` (2n; q passes straight through)."""
@@ -230,7 +230,7 @@ class DiscretePidController(LeafSystem):
     """A PID sampled every ``period`` s with a zero-order hold on its output.
 
     At each sample: e = q_d − q, ė = v_d − v, I += e·period, u = kp e + ki I + kd ė, held until the next
-    sample. Ports as :class:`PidController`; discrete state [I, u]; no direct feedthrough.
+    sample. Ports as [`PidController`][jaxsys.PidController]; discrete state [I, u]; no direct feedthrough.
     """
 
     period: float = eqx.field(static=True)

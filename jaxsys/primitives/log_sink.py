@@ -33,7 +33,7 @@ class VectorLog:
 
 class VectorLogSink(LeafSystem):
     """Records its vector input at every ``publish_period`` s, or at every step when the period is
-    0 (Drake's ``VectorLogSink``). The record is in the SimulationResult: use :meth:`find_log`.
+    0 (Drake's ``VectorLogSink``). The record is in the SimulationResult: use `find_log`.
 
     Port ``data`` (size ``input_size``).
     """
@@ -52,7 +52,7 @@ class VectorLogSink(LeafSystem):
 
     def find_log(self, result: Any) -> VectorLog:
         """The log of this sink in a (concrete, unbatched) simulation result, or in a
-        :class:`~jaxsys.Simulator` (every sample since its start, across ``advance_to`` calls)
+        [`Simulator`][jaxsys.Simulator] (every sample since its start, across ``advance_to`` calls)
         (Drake: ``FindLog``)."""
         log = result.get_publish_log(self._spec.log_event)
         return VectorLog(log.sample_times(), log.data())

@@ -128,7 +128,7 @@ class RandomSource(LeafSystem):
 
     ``distribution``: ``"uniform"`` on [0, 1) or ``"gaussian"`` (standard normal). The key is abstract
     state 0: the same key gives the same samples; give each batch member its own key
-    (:meth:`with_seed`) to get different samples under ``vmap``.
+    (`with_seed`) to get different samples under ``vmap``.
 
     ``seed``: the default context's seed (Drake's ``set_fixed_seed``). None (default): as Drake, each
     RandomSource draws its own default seed from a counter (0, 1, 2, ... in construction order), so two

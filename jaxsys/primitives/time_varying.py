@@ -175,8 +175,8 @@ def TrajectoryAffineSystem(  # noqa: N802 - Drake's class name
     time_period: float = 0.0,
     name: str = "",
 ) -> TimeVaryingAffineSystem:
-    """A :class:`TimeVaryingAffineSystem` whose matrices are trajectories (Drake's
-    ``TrajectoryAffineSystem``): each a :class:`~jaxsys.PiecewisePolynomial` of the matrix flattened
+    """A [`TimeVaryingAffineSystem`][jaxsys.TimeVaryingAffineSystem] whose matrices are trajectories (Drake's
+    ``TrajectoryAffineSystem``): each a [`PiecewisePolynomial`][jaxsys.PiecewisePolynomial] of the matrix flattened
     row-major (e.g. ``K`` of a finite-horizon LQR); None for zero."""
     n, m, p = num_states, num_inputs, num_outputs
     fns = [
@@ -204,7 +204,8 @@ def TrajectoryLinearSystem(  # noqa: N802 - Drake's class name
     time_period: float = 0.0,
     name: str = "",
 ) -> TimeVaryingAffineSystem:
-    """:func:`TrajectoryAffineSystem` without f0 and y0 (Drake's ``TrajectoryLinearSystem``)."""
+    """[`TrajectoryAffineSystem`][jaxsys.TrajectoryAffineSystem] without f0 and y0 (Drake's
+    ``TrajectoryLinearSystem``)."""
     return TrajectoryAffineSystem(A, B, None, C, D, None, num_states, num_inputs, num_outputs, time_period, name)
 
 

@@ -46,7 +46,7 @@ class TransferFunction:
         return complex(np.polyval(self.num, s) / np.polyval(self.den, s))
 
     def to_state_space(self, name: str = "") -> LinearSystem:
-        """A minimal-order realization in controllable canonical form as a :class:`~jaxsys.LinearSystem`
+        """A minimal-order realization in controllable canonical form as a [`LinearSystem`][jaxsys.LinearSystem]
         (discrete with period ``time_step`` for a z transfer function). Raises for an improper H."""
         num, den = np.asarray(self.num), np.asarray(self.den)
         if num.size > den.size:

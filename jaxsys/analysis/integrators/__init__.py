@@ -1,13 +1,13 @@
 """Integrators with Drake's ``IntegratorBase`` options and semantics: a base module and one small
 module per family.
 
-* :mod:`.base`: ``IntegratorBase`` (options, Drake's queries, the ``attempt_step`` interface);
-* :mod:`.explicit_rk`: explicit Runge-Kutta methods (tableaux, first-same-as-last, dense output);
-* :mod:`.semi_explicit_euler`: symplectic Euler for second-order systems;
-* :mod:`.implicit`: implicit Euler and Radau IIA; :mod:`.newton`: their Newton iteration.
+* `base`: ``IntegratorBase`` (options, Drake's queries, the ``attempt_step`` interface);
+* `explicit_rk`: explicit Runge-Kutta methods (tableaux, first-same-as-last, dense output);
+* `semi_explicit_euler`: symplectic Euler for second-order systems;
+* `implicit`: implicit Euler and Radau IIA; `newton`: their Newton iteration.
 
-The simulation loop (:mod:`jaxsys.analysis.stepping`) applies Drake's error control
-(``StepOnceErrorControlledAtMost`` / ``CalcAdjustedStepSize``, in :mod:`jaxsys.analysis.step_size`),
+The simulation loop (`jaxsys.analysis.stepping`) applies Drake's error control
+(``StepOnceErrorControlledAtMost`` / ``CalcAdjustedStepSize``, in `jaxsys.analysis.step_size`),
 its step truncation at boundaries with the stretch factor, and records Drake's statistics.
 
 

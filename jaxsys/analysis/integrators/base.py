@@ -4,8 +4,8 @@ Each integrator is an immutable ``equinox.Module`` holding its options (Drake's 
 constructor arguments; ``with_options(...)`` returns a modified copy). Its stepping function is pure:
 ``attempt_step(f, t, x, h, aux) -> (x_new, error_estimate, ok)`` with ``f(t, x) -> xdot``. What an
 integrator does *not* do is choose its steps: error control (Drake's ``CalcAdjustedStepSize``) is in
-:mod:`jaxsys.analysis.step_size`, and the loop that calls ``attempt_step`` in
-:mod:`jaxsys.analysis.stepping`.
+`jaxsys.analysis.step_size`, and the loop that calls ``attempt_step`` in
+`jaxsys.analysis.stepping`.
 
 Imports: the framework's errors only (no other analysis module).
 """
@@ -39,7 +39,7 @@ def step_aux(
 
     - ``num_q``, ``num_v``: the q / v split of the continuous state x = [q, v, z] of ``context``;
     - ``v_to_qdot(t, x, v)``: qdot = N(q) v at time t and state x (Drake's ``MapVelocityToQDot``,
-      :meth:`~jaxsys.System.velocity_to_qdot`);
+      `velocity_to_qdot`);
     - ``rolled``: evaluate Runge-Kutta stages in a loop (diagrams of many distinct leaves: the
       dynamics are traced and compiled once).
 

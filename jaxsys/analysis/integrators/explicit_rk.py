@@ -5,7 +5,7 @@ Dormand-Prince 5(4). Bogacki-Shampine and Dormand-Prince reuse their last stage 
 first ("first same as last"); every method has a continuous extension for ``dense_output``
 (Dormand-Prince's own 4th-order interpolant, cubic Hermite for the others).
 
-Imports: :mod:`.base` only.
+Imports: `base` only.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class _ExplicitRK(IntegratorBase):
         return x_new, err, ok, f1, self._interpolation_data(K, f1)
 
     def _interpolation_data(self, K: Array, f1: Array) -> Array:
-        """What :meth:`interpolate` reads of a step: all stages for a method with its own continuous
+        """What `interpolate` reads of a step: all stages for a method with its own continuous
         extension, else f at both ends (cubic Hermite)."""
         return K if self.dense is not None else jnp.stack([K[0], f1])
 

@@ -1,13 +1,13 @@
 """Implicit integrators: implicit Euler, one-stage Radau (Radau1) and two-stage Radau IIA (Radau3).
 
-Each step solves its stage equations by simplified Newton (:mod:`.newton`): the Jacobian of the
+Each step solves its stage equations by simplified Newton (`newton`): the Jacobian of the
 vector field and the factored iteration matrices are carried from step to step and recomputed only
 when Newton converges slowly or fails (Drake's trials), convergence is Drake's contraction-rate test
 against the accuracy, and a step whose Newton iteration does not converge is reported as failed (the
 loop retries it with half the step, in fixed-step mode too: never accepted). Derivatives of a step
 come from the implicit function theorem on the converged stage equations.
 
-Imports: :mod:`.base` and :mod:`.newton` only.
+Imports: `base` and `newton` only.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from .newton import (
 class _ImplicitBase(IntegratorBase):
     """Options and the step interface shared by the implicit integrators (Drake's ``ImplicitIntegrator``).
 
-    **Arguments** (besides :class:`~jaxsys.IntegratorBase`'s; Drake's setter in brackets):
+    **Arguments** (besides [`IntegratorBase`][jaxsys.IntegratorBase]'s; Drake's setter in brackets):
     - `max_newton_raphson_iterations`: Newton iterations per trial (Drake's 10).
     - `reuse`: reuse the Jacobian and the factored iteration matrices across iterations and steps
       (``set_reuse``; Drake's default True). False: a fresh Jacobian and factorization every step.
@@ -75,7 +75,7 @@ class _ImplicitBase(IntegratorBase):
         return empty_cache(x.shape[0], self.iteration_matrices(x.shape[0]), x.dtype)
 
     def newton_tolerance(self, dtype: Any) -> float:
-        """The convergence threshold on the estimated Newton error (scaled norm, see :mod:`.newton`).
+        """The convergence threshold on the estimated Newton error (scaled norm, see `newton`).
 
         Error-controlled: Drake's, kappa (0.05) times the accuracy in use, so that the Newton error is
         well below the error the step is allowed. Fixed-step mode has no accuracy to lean on, so the
@@ -100,7 +100,7 @@ class _ImplicitBase(IntegratorBase):
     ) -> tuple[Array, Array, Array, NewtonCache, Array, Array]:
         """One step reusing ``cache``: (x_new, error estimate, ok, cache, counts, derivative evaluations).
 
-        ``counts`` is the int32 vector of :data:`~.newton.STAT_FIELDS`."""
+        ``counts`` is the int32 vector of `STAT_FIELDS`."""
         if not self.reuse:
             cache = self.init_newton_cache(x)
         cache = start_step(cache)
@@ -149,7 +149,7 @@ class _ImplicitBase(IntegratorBase):
 
 
 def _stats(main: Array, estimator: Array | None = None, estimator_evals: Array | int = 0) -> Array:
-    """A counts vector (:data:`~.newton.STAT_FIELDS`) from [iterations, Jacobians, factorizations] of
+    """A counts vector (`STAT_FIELDS`) from [iterations, Jacobians, factorizations] of
     all solves and of the error estimator's solves."""
     i32 = jnp.int32
     est = jnp.zeros((3,), i32) if estimator is None else estimator
@@ -185,7 +185,7 @@ class ImplicitEulerIntegrator(_ImplicitBase):
     extrapolation), so the global error tracks the accuracy. ``extrapolate=False`` keeps x_half, as
     Drake does. ``use_implicit_trapezoid_error_estimation=True``: the result is the full step and the
     estimate is its difference from the implicit trapezoid rule (``h^2 x''/2``, Drake's
-    ``set_use_implicit_trapezoid_error_estimation(true)``; this is :class:`Radau1Integrator`).
+    ``set_use_implicit_trapezoid_error_estimation(true)``; this is [`Radau1Integrator`][jaxsys.Radau1Integrator]).
 
     Drake's accuracy defaults for this method: 1e-1 when no target is set, at most 5e-1. Fixed-step
     mode takes the same steps (three implicit solves each, the estimate made), as Drake's does: on

@@ -1,9 +1,9 @@
 """The Newton-Raphson machinery of the implicit integrators (Drake's ``ImplicitIntegrator``).
 
-* :class:`NewtonCache`: the Jacobian of the vector field and the factored iteration matrices, carried
+* `NewtonCache`: the Jacobian of the vector field and the factored iteration matrices, carried
   from step to step so that they are reused (Drake's ``set_reuse(true)``, its default) and recomputed
   only when Newton converges too slowly.
-* :func:`solve_stage`: solve one implicit stage equation ``R(z) = 0`` by simplified Newton with Drake's
+* `solve_stage`: solve one implicit stage equation ``R(z) = 0`` by simplified Newton with Drake's
   fallback *trials*: (1) the cached Jacobian and factorization (refactored first if the step size
   changed by more than 20% since it was factored), (2) a fresh factorization, (3) a fresh Jacobian at
   the step's start (unless it is already fresh), then failure, which the loop answers with a smaller
@@ -89,7 +89,7 @@ class NewtonCache(NamedTuple):
 
     **Fields:** `jac` (the Jacobian df/dx, n x n, made at some earlier step start), `fresh` (it was made
     at the start of the current step: trial 3 has nothing new to try), `valid` (there is one), and
-    `factors` (one :class:`Factorization` per iteration matrix the method uses).
+    `factors` (one `Factorization` per iteration matrix the method uses).
     """
 
     jac: Array

@@ -1,6 +1,6 @@
 """Semi-explicit (symplectic) Euler for second-order systems (Drake's ``SemiExplicitEulerIntegrator``).
 
-Imports: :mod:`.base` only.
+Imports: `base` only.
 """
 
 from __future__ import annotations
