@@ -146,6 +146,9 @@ class IntegratorStatistics(eqx.Module):
     `num_derivative_evaluations_for_jacobian` (one per Jacobian: it is one forward-mode evaluation),
     and the part of each spent by the error estimator (``num_error_estimator_*``: the implicit
     trapezoid solve, or implicit Euler's two half steps); `num_derivative_evaluations` includes them all.
+    `ideal_next_step_size`: the step error control would attempt next (Drake's
+    ``get_ideal_next_step_size``; NaN in fixed-step mode): the ``Simulator`` starts its next
+    ``advance_to`` with it, as Drake's integrator keeps it between calls.
     """
 
     num_steps_taken: Array
@@ -166,6 +169,7 @@ class IntegratorStatistics(eqx.Module):
     num_error_estimator_derivative_evaluations: Array
     num_error_estimator_jacobian_evaluations: Array
     num_error_estimator_iteration_matrix_factorizations: Array
+    ideal_next_step_size: Array
 
     def as_dict(self) -> dict[str, float]:
         """Plain Python numbers, keyed by Drake's names."""
@@ -184,9 +188,12 @@ def make_statistics(
     initial: Array,
     previous: Array,
     newton: Array | None = None,
+    ideal: Array | None = None,
 ) -> IntegratorStatistics:
     """IntegratorStatistics from the loop's short names (a sub-step failure shrinks the step once);
-    ``newton``: the implicit method's counts (``integrators.newton.STAT_FIELDS`` order), or None."""
+    ``newton``: the implicit method's counts (``integrators.newton.STAT_FIELDS`` order), or None;
+    ``ideal``: the step error control would take next (Drake's ``get_ideal_next_step_size``; NaN
+    when not applicable)."""
     newton_counts = jnp.zeros((len(NEWTON_STAT_FIELDS),), jnp.int32) if newton is None else newton
     return IntegratorStatistics(
         num_steps_taken=steps,
@@ -200,6 +207,7 @@ def make_statistics(
         previous_integration_step_size=previous,
         num_step_attempts=attempts,
         **{k: newton_counts[i] for i, k in enumerate(NEWTON_STAT_FIELDS)},
+        ideal_next_step_size=jnp.full((), jnp.nan, jnp.result_type(previous)) if ideal is None else ideal,
     )
 
 

@@ -161,6 +161,7 @@ def simulate(
     pending_witness_events: Any = None,
     monitor: Callable[[Context], Any] | None = None,
     at_least_one_step: bool = False,
+    initial_step_size: Any = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
 
@@ -215,6 +216,10 @@ def simulate(
       length: the updates due now, the per-step publishes, the monitor), as every call of Drake's
       ``AdvanceTo`` does; the [`Simulator`][jaxsys.Simulator]'s ``advance_to(now)`` and
       ``advance_pending_events()`` pass True. Default False: a run to its own start time takes no step.
+    - `initial_step_size`: error control's first step attempt, s (a value, not structure: a new one
+      does not recompile), e.g. the ``stats.ideal_next_step_size`` of the run this one continues, as
+      Drake's integrator keeps its ideal next step between ``AdvanceTo`` calls (the ``Simulator``
+      does this). Default: the integrator's ``initial_step_size_target``. Ignored in fixed-step mode.
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see `jaxsys.analysis.progress`).
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
@@ -290,6 +295,7 @@ def simulate(
         dense_output=dense_output,
         monitor=monitor,
         at_least_one_step=at_least_one_step,
+        initial_step_size=initial_step_size,
         # (saves one step can span, while the save times are known: sizes the dense saving loop)
         dense_window=dense_window(save_at, integrator.max_step_size) if dense_output and save_at is not None else None,
     )
@@ -344,32 +350,35 @@ def _compiled_run(
         times_key: Any = ("dynamic", None if c_ts is None else c_ts.shape[0])
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
-    key_options = dict(options, integrator=template) if traced_accuracy else options
+    h0 = options.get("initial_step_size")
+    key_options = dict(options, integrator=template) if traced_accuracy else dict(options)
+    key_options["initial_step_size"] = h0 is None  # (a value: an argument, not in the key)
     key = (times_key, tuple(sorted((k, _hashable(v)) for k, v in key_options.items())), pending is None)
     monitor = options.get("monitor")
 
     def build(ref: Any) -> Any:
         # (the compiled body reaches the system through a weak reference, and builds its event
         # program when traced: the cache does not keep a dropped system alive)
-        def with_accuracy(acc: Any) -> dict[str, Any]:
-            return dict(options, integrator=integrator._with_traced_accuracy(acc)) if traced_accuracy else options
+        def with_args(acc: Any, h: Any) -> dict[str, Any]:
+            opts = dict(options, integrator=integrator._with_traced_accuracy(acc)) if traced_accuracy else options
+            return dict(opts, initial_step_size=h)
 
         if dynamic_times:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
                 return _simulate_body(
-                    system, EventProgram(system, monitor), ctx, tf, ts, pend, None, **with_accuracy(acc)
+                    system, EventProgram(system, monitor), ctx, tf, ts, pend, None, **with_args(acc, h)
                 )
 
         else:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
                 return _simulate_body(
-                    system, EventProgram(system, monitor), ctx, c_tf, c_ts, pend, c_t0, **with_accuracy(acc)
+                    system, EventProgram(system, monitor), ctx, c_tf, c_ts, pend, c_t0, **with_args(acc, h)
                 )
 
         return eqx.filter_jit(body)
@@ -380,7 +389,8 @@ def _compiled_run(
     tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
     ts_arg = None if c_ts is None or not dynamic_times else np.asarray(c_ts, dtype)
     acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
-    return compiled(context, tf_arg, ts_arg, pending, acc_arg)
+    h_arg = None if h0 is None else jnp.asarray(h0, dtype)
+    return compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg)
 
 
 def _hashable(value: Any) -> Any:
@@ -417,6 +427,7 @@ def _simulate_body(
     monitor: Any = None,
     dense_window: int | None = None,
     at_least_one_step: bool = False,
+    initial_step_size: Any = None,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point)."""
@@ -469,6 +480,7 @@ def _simulate_body(
             witness_isolation,
             dense_window,
             at_least_one_step,
+            initial_step_size,
         )
         raw = stepper.simulate(events0)
     progress.close(run.aux["progress"][1], raw.t)

@@ -141,6 +141,7 @@ class Simulator:
         self._wall_start = 0.0
         self._sim_start = 0.0
         self._monitor: Any = None
+        self._ideal_step = float("nan")  # error control's next step, kept between advances (Drake's)
 
     def _advance_fn(self, updates_at_start: bool, zero_length: bool = False) -> Any:
         """The compiled advance for this configuration, shared by every Simulator of the same system
@@ -151,7 +152,7 @@ class Simulator:
         def build(ref: Any) -> Any:
             # (the compiled advance reaches the system through a weak reference: a dropped system is
             # freed with it)
-            def advance(context: Context, t_final: Array, pending: Any) -> SimulationResult:
+            def advance(context: Context, t_final: Array, pending: Any, h0: Array) -> SimulationResult:
                 _ADVANCE_TRACES[0] += 1
                 return simulate(
                     deref(ref),
@@ -164,6 +165,7 @@ class Simulator:
                     witness_isolation=isolation,
                     monitor=monitor,
                     at_least_one_step=zero_length,
+                    initial_step_size=h0,
                     # (the Simulator raises itself, after keeping the context and statistics where the
                     # run stopped, as Drake's does; its message then says when)
                     throw=False,
@@ -206,6 +208,7 @@ class Simulator:
         self._log_parts = [tuple(self._init_logs)]
         self._initialized = True
         self._updates_at_start = True
+        self._ideal_step = float("nan")  # (Drake's Initialize re-initializes the integrator)
         self._wall_start = _time.perf_counter()
         self._sim_start = t0
         return self._status_from(packed, tuple(program.reasons), t0, t0, "Simulator.initialize")
@@ -253,11 +256,18 @@ class Simulator:
         # (Drake's AdvanceTo takes at least one step: to the time it is at, a step of zero length that
         # performs the updates due now, then the per-step publishes and the monitor)
         fn = self._advance_fn(self._updates_at_start, boundary_time == t)
-        result = fn(self._context, jnp.asarray(boundary_time, self._context.time.dtype), self._pending)
+        dtype = self._context.time.dtype
+        # (error control goes on with the step it asked for at the end of the last advance, as Drake's
+        # integrator keeps its ideal next step; NaN: the integrator's initial step)
+        h0 = jnp.asarray(self._ideal_step, dtype)
+        result = fn(self._context, jnp.asarray(boundary_time, dtype), self._pending, h0)
         self._last_result = result
         self._log_parts.append(tuple(result.publish_logs))
         self._pending = result.pending_witness_events
         self._context = result.context
+        ideal = float(result.stats.ideal_next_step_size)
+        if boundary_time != t and np.isfinite(ideal):
+            self._ideal_step = ideal
         # (a step of zero length performed the periodic updates due now: the next step does not repeat them)
         self._updates_at_start = boundary_time != t
         for k, v in result.stats.as_dict().items():

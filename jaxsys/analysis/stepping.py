@@ -151,10 +151,14 @@ class StepLoop:
         witness_isolation: bool = True,
         dense_window: int | None = None,
         at_least_one_step: bool = False,
+        initial_step: Array | None = None,
     ) -> None:
         self.run = run
         # (Drake's AdvanceTo takes a step even to the time it is at: a step of zero length)
         self.at_least_one_step = at_least_one_step
+        # (the Simulator's next advance starts with the step error control asked for at the end of the
+        # last one, as Drake's integrator keeps its ideal next step between AdvanceTo calls)
+        self.initial_step = initial_step
         self.fixed = fixed
         self.program = program if program else None
         self.witness_iterations = witness_iterations
@@ -177,6 +181,10 @@ class StepLoop:
         run, integrator = self.run, self.integrator
         x0, t0, dtype = run.x0, run.t0, run.t0.dtype
         h0 = integrator.get_initial_step_size_target()
+        if self.initial_step is not None and not self.fixed:
+            h_carried = jnp.asarray(self.initial_step, dtype)
+            ok = jnp.isfinite(h_carried) & (h_carried > 0)
+            h0 = jnp.where(ok, jnp.minimum(h_carried, integrator.max_step_size), h0)
         extra = 0
         if self.checked_fsal:
             # the first step evaluates its first stage (inside its stage loop when rolled)
@@ -588,6 +596,7 @@ class StepLoop:
             initial=clock.initial,
             previous=clock.previous,
             newton=s.newton.counts if self.newton else None,
+            ideal=None if self.fixed else clock.h_ideal,
         )
         if self.program is not None:
             ev = s.events
