@@ -204,3 +204,75 @@ def test_small_api_differences_a_port_trips_on():
             cls(max_step_size=0.1, target_accuracy=1e-3)
         with pytest.raises(js.JaxsysError, match="initial_step_size_target"):
             cls(max_step_size=0.1, initial_step_size_target=0.01)
+
+
+class RightNow(js.LeafSystem):
+    """Drake's MissedPublishEventIssue13296 RightNowEventSystem: a timed publish "right now" (at the
+    context's time) while a message is waiting, else none."""
+
+    waiting: bool = eqx.field(static=True)
+    now: js.Event = eqx.field(static=True)
+
+    def __init__(self, waiting: bool) -> None:
+        super().__init__("right_now")
+        self.waiting = waiting
+        self.now = self.declare_timed_publish_event(lambda c: c.get_time(), name="right_now")
+
+    def do_calc_next_update_time(self, context):
+        t = context.get_time()
+        return (t, (self.now,)) if self.waiting else (jnp.inf, ())
+
+
+class PeriodicPublish(js.LeafSystem):
+    def __init__(self) -> None:
+        super().__init__("periodic")
+        self.declare_periodic_publish_event(0.25, 0.0, lambda c: c.get_time(), name="periodic")
+
+
+@pytest.mark.parametrize("waiting,t0,expected", [(False, 0.0, (0, 1)), (True, -1.0, (1, 0)), (True, 0.0, (1, 1))])
+def test_initialize_dispatches_right_now_timed_publishes(waiting, t0, expected):
+    # Drake's SimulatorTest.MissedPublishEventIssue13296: Initialize publishes the "right now" event
+    # with the periodic one due at the start: (right now, periodic) = (0, 1) at t = 0 without a message,
+    # (1, 0) at t = -1 and (1, 1) at t = 0 with one.
+    b = js.DiagramBuilder()
+    b.add_system(RightNow(waiting))
+    b.add_system(PeriodicPublish())
+    d = b.build()
+    sim = js.Simulator(d, d.create_default_context().with_time(t0))
+    sim.initialize()
+    counts = tuple(len(sim.get_publish_log(name).sample_times()) for name in ("right_now", "periodic"))
+    assert counts == expected
+
+
+def test_right_now_schedule_publishes_once_through_simulate_and_simulator():
+    # a schedule that starts at the start time: its publish at t0 belongs to Initialize, its update to
+    # the first step's start (then the schedule moves on): one publish at 0, on both paths
+    b = js.DiagramBuilder()
+    b.add_system(Ticker())
+    d = b.build()
+    ctx = d.create_default_context()
+    r = js.simulate(d, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.1))
+    np.testing.assert_allclose(r.get_publish_log("tick_pub").sample_times(), [0.0, 0.3, 0.6, 0.9], atol=1e-12)
+    sim = js.Simulator(d, ctx, js.RungeKutta3Integrator(max_step_size=0.1))
+    sim.advance_to(1.0)
+    np.testing.assert_allclose(sim.get_publish_log("tick_pub").sample_times(), [0.0, 0.3, 0.6, 0.9], atol=1e-12)
+
+
+class Ticker(js.LeafSystem):
+    """A timed update every 0.3 s from 0 (its next time in discrete state) and a timed publish with it."""
+
+    tick: js.Event = eqx.field(static=True)
+    tick_pub: js.Event = eqx.field(static=True)
+
+    def __init__(self) -> None:
+        super().__init__("ticker")
+        self.declare_continuous_state(1)
+        self.declare_discrete_state(1)
+        self.tick = self.declare_timed_discrete_update_event(lambda c, ds: ds.get_vector(0) + 0.3, name="tick")
+        self.tick_pub = self.declare_timed_publish_event(lambda c: c.get_time(), name="tick_pub")
+
+    def do_calc_next_update_time(self, context):
+        return context.get_discrete_state_vector()[0], (self.tick, self.tick_pub)
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones((1,), context.get_time().dtype)

@@ -469,6 +469,11 @@ def _simulate_body(
         if program:
             _, k0, logs0, rest0, counts0, status0 = events
             pending = _pending_flags(program, pending_witness_events)
+            if initialize:
+                # the right-now timed updates Initialize found: performed at the first step's start
+                now = _right_now(program, context, "update")
+                if now is not None:
+                    pending = pending | now
             events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending, status0)
         stepper = StepLoop(
             run,
@@ -656,12 +661,35 @@ def _start_events(
         # per-step publishes, periodic publishes due at the start time and the monitor belong to
         # Initialize (not after an update reached termination or failed, as Drake's)
         gate = jnp.array(True) if status.bound < REACHED_TERMINATION else ~EventProgram.stopped(status0)
-        k0, logs0, n_p, p_status = program.publishes(context, k0, gate, logs0)
+        k0, logs0, n_p, p_status = program.publishes(context, k0, gate, logs0, _right_now_publishes(program, context))
         status0 = EventProgram.fold(status0, program.pack(p_status))
         # Drake handles these and the initialization publishes in one HandlePublish: one publish
         counts0 = counts0.at[0].set(jnp.maximum(counts0[0], n_p))
     program.probe(context, k0, logs0)
     return context, init_values, (program, k0, logs0, get_rest(context), counts0, status0)
+
+
+def _right_now(program: EventProgram, context: Context, kind: str) -> Array | None:
+    """Event flags (one per witness, then one per timed event) of the timed events of ``kind``
+    ("publish" or "update") that a leaf's ``do_calc_next_update_time`` schedules "right now" (at the
+    context's time); None when no leaf schedules timed events.
+
+    Drake's ``Initialize`` dispatches the right-now timed *publishes* with the per-step and periodic
+    ones (its MissedPublishEventIssue13296 test) and leaves the right-now *updates* to the start of
+    the first step; jaxsys does the same (the updates are passed to the loop as pending)."""
+    timed = program.next_timed(context)
+    if timed is None:
+        return None
+    t_c, due_c = timed
+    t0 = context.get_time()
+    now = t_c <= t0 + time_tolerance(t0)
+    of_kind = jnp.asarray([(e.kind == "publish") == (kind == "publish") for e in program.timed], bool)
+    return jnp.concatenate([jnp.zeros((len(program.witnesses),), bool), due_c & now & of_kind])
+
+
+def _right_now_publishes(program: EventProgram, context: Context) -> Array | None:
+    """The right-now timed publishes Initialize dispatches (see `_right_now`)."""
+    return _right_now(program, context, "publish")
 
 
 def _checked_record(record: Callable[[Context], Any]) -> Callable[[Context], Any]:

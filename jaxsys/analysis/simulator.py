@@ -39,7 +39,7 @@ from .results import (
     SimulatorStatusReason as SimulatorStatusReason,
     Status as Status,
 )
-from .simulate import simulate as simulate
+from .simulate import _right_now, _right_now_publishes, simulate as simulate
 
 
 Array = jax.Array
@@ -195,8 +195,12 @@ class Simulator:
             k0 = program.init_counters(context.get_time(), True, True)
             logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
             gate = jnp.array(bool(packed[0] < EventStatus.REACHED_TERMINATION))
-            _, self._init_logs, n_p, p_status = program.publishes(context, k0, gate, logs0)
+            flags = _right_now_publishes(program, context)  # (the same Initialize publishes as simulate's)
+            _, self._init_logs, n_p, p_status = program.publishes(context, k0, gate, logs0, flags)
             packed = np.asarray(program.fold(jnp.asarray(packed), program.pack(p_status)))
+            now = _right_now(program, context, "update")
+            if now is not None:  # (right-now timed updates: at the first step's start, as Drake's)
+                self._pending = self._pending | now
             self._context = context
             for name, n in (
                 ("num_publishes", max(int(counts[0]), int(n_p))),
