@@ -276,3 +276,51 @@ class Ticker(js.LeafSystem):
 
     def do_calc_time_derivatives(self, context):
         return jnp.ones((1,), context.get_time().dtype)
+
+
+class TwoUpdates(js.LeafSystem):
+    """x' = 1; two discrete updates every 0.25 s: 0 counts into group 0 and fails once x > 0.6, 1 counts
+    into group 1 (it never fails)."""
+
+    def __init__(self, name: str = "two") -> None:
+        super().__init__(name)
+        self.declare_continuous_state(1)
+        self.declare_discrete_state(1)
+        self.declare_discrete_state(1)
+        self.declare_periodic_discrete_update_event(0.25, 0.0, self.first)
+        self.declare_periodic_discrete_update_event(0.25, 0.0, self.second)
+
+    def first(self, context, ds):
+        x = context.get_continuous_state_vector()[0]
+        return ds.with_vector(0, ds.get_vector(0) + 1.0), js.EventStatus.failed_if(x > 0.6, "first: x > 0.6")
+
+    def second(self, context, ds):
+        return ds.with_vector(1, ds.get_vector(1) + 1.0)
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones((1,), context.get_time().dtype)
+
+
+class CountOnly(js.LeafSystem):
+    """A second leaf of the diagram: one discrete update every 0.25 s counting."""
+
+    def __init__(self) -> None:
+        super().__init__("count")
+        self.declare_discrete_state(1)
+        self.declare_periodic_discrete_update_event(0.25, 0.0, lambda c, ds: ds.get_vector(0) + 1.0)
+
+
+def test_updates_stop_at_the_first_failure():
+    # Drake's update dispatchers stop at the first failed handler, in a leaf (events in order) and in a
+    # diagram (subsystems in order): at t = 0.75 the first update fails, so neither the second update of
+    # the same leaf nor the update of the next leaf runs there. Counts: updates at 0, 0.25, 0.5 only.
+    b = js.DiagramBuilder()
+    two = b.add_system(TwoUpdates())
+    count = b.add_system(CountOnly())
+    d = b.build()
+    r = js.simulate(d, d.create_default_context(), 2.0, js.RungeKutta3Integrator(max_step_size=0.1), throw=False)
+    assert int(r.status) == js.Status.EVENT_FAILED.code
+    assert float(r.context.get_time()) == pytest.approx(0.75)
+    two_ctx = d.get_subsystem_context(r.context, two)
+    np.testing.assert_allclose([two_ctx.get_discrete_state(0)[0], two_ctx.get_discrete_state(1)[0]], [3.0, 3.0])
+    np.testing.assert_allclose(d.get_subsystem_context(r.context, count).get_discrete_state(0), [3.0])

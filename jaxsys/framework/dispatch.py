@@ -20,7 +20,7 @@ import numpy as np
 
 from .context import Context, DiscreteValues, State
 from .errors import StateError
-from .event_status import REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
+from .event_status import FAILED, REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
 from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
 
 
@@ -161,7 +161,8 @@ def dispatch_discrete_with_status(
         new = old if new is None else normalize_discrete(leaves[li], new, old, "do_calc_discrete_variable_updates")
         if status is not None and not status.always_applied():
             new = _keep_unless_applied(status, new, old)
-        statuses.append(_leaf_status(leaves[li], status, sub))
+        new, leaf_status = _after_failure(statuses, new, old, _leaf_status(leaves[li], status, sub))
+        statuses.append(leaf_status)
         leaf_ctxs[li] = leaf_ctxs[li]._replace_state(discrete_state=new)
     values = DiscreteValues(context._with_leaf_contexts(leaf_ctxs).get_discrete_state().groups, system.get_system_id())
     return values, combine(statuses)
@@ -186,7 +187,8 @@ def dispatch_unrestricted_with_status(
         new = old if new is None else check_state(leaves[li], new, old, "do_calc_unrestricted_update")
         if status is not None and not status.always_applied():
             new = _keep_unless_applied(status, new, old)
-        statuses.append(_leaf_status(leaves[li], status, sub))
+        new, leaf_status = _after_failure(statuses, new, old, _leaf_status(leaves[li], status, sub))
+        statuses.append(leaf_status)
         leaf_ctxs[li] = leaf_ctxs[li]._replace_state(
             continuous_state=new.continuous_state,
             discrete_state=new.discrete_state,
@@ -201,6 +203,20 @@ def dispatch_unrestricted_with_status(
 def dispatch_unrestricted(system: System, context: Context, events: EventCollection) -> State:
     """New whole state (context order) after the unrestricted-update events."""
     return dispatch_unrestricted_with_status(system, context, events)[0]
+
+
+def _after_failure(statuses: list[EventStatus], new: Any, old: Any, status: EventStatus) -> tuple[Any, EventStatus]:
+    """A leaf's update as applied after the leaves before it in this dispatch: discarded (the state
+    kept, the status did-nothing) when one of them failed, as Drake's Diagram update dispatchers stop
+    at the first failed subsystem."""
+    if not statuses:
+        return new, status
+    prior = combine(statuses)
+    if prior.bound < FAILED:
+        return new, status
+    blocked = prior.severity >= FAILED
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(blocked, b, a), new, old)
+    return new, EventStatus.select(blocked, EventStatus.did_nothing(), status)
 
 
 def _keep_unless_applied(status: EventStatus, new: Any, old: Any) -> Any:

@@ -23,7 +23,7 @@ import numpy as np
 from .constraints import SystemConstraint, SystemConstraintIndex
 from .context import Context, DiscreteValues, State
 from .errors import DeclarationError
-from .event_status import DID_NOTHING, REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
+from .event_status import DID_NOTHING, FAILED, REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
 from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
 from .system import System
 from .witness import WitnessFunction, WitnessFunctionDirection
@@ -94,6 +94,19 @@ def _gated_call(active: Any, run: Callable[..., Any], operand: Any) -> tuple[Any
     if status is None:
         return result, None
     return result, EventStatus(packed[0], packed[1], status.reasons, status.bound, DID_NOTHING)
+
+
+def _unless_failed(active: Any, statuses: list[EventStatus | None]) -> Any:
+    """``active``, and no earlier update of this dispatch failed: Drake's update dispatchers
+    (``DispatchDiscreteVariableUpdateHandler``, ``DispatchUnrestrictedUpdateHandler``) stop at the
+    first failure, so the events after it do not run (their results are discarded here)."""
+    so_far = [st for st in statuses if st is not None]
+    if not so_far:
+        return active
+    prior = combine(so_far)
+    if prior.bound < FAILED:
+        return active
+    return jnp.logical_and(active, prior.severity < FAILED)
 
 
 def _with_status(result: Any, statuses: list[EventStatus | None]) -> Any:
@@ -359,7 +372,8 @@ class LeafEvents(System):
         Default: each active event's ``callback(context, values_so_far)`` in order; all read the
         same ``context`` (the state before this update). A callback may return an
         [`EventStatus`][jaxsys.EventStatus] (alone: values unchanged; or ``(values, status)``); a did-nothing
-        or failed status discards that callback's values. With statuses, returns ``(values, combined
+        or failed status discards that callback's values, and after a failure the later events do not
+        run (Drake's dispatcher stops at the first failure). With statuses, returns ``(values, combined
         status)``.
         """
         from .dispatch import normalize_discrete
@@ -377,7 +391,7 @@ class LeafEvents(System):
                 new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
                 return _applied(status, new, ds), status
 
-            ds, status = _gated_call(active, run, ds)
+            ds, status = _gated_call(_unless_failed(active, statuses), run, ds)
             statuses.append(status)
         return _with_status(ds, statuses)
 
@@ -402,7 +416,7 @@ class LeafEvents(System):
                 new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
                 return _applied(status, new, st), status
 
-            st, status = _gated_call(active, run, st)
+            st, status = _gated_call(_unless_failed(active, statuses), run, st)
             statuses.append(status)
         return _with_status(st, statuses)
 
