@@ -324,3 +324,36 @@ def test_updates_stop_at_the_first_failure():
     two_ctx = d.get_subsystem_context(r.context, two)
     np.testing.assert_allclose([two_ctx.get_discrete_state(0)[0], two_ctx.get_discrete_state(1)[0]], [3.0, 3.0])
     np.testing.assert_allclose(d.get_subsystem_context(r.context, count).get_discrete_state(0), [3.0])
+
+
+class InitStops(js.LeafSystem):
+    """An initialization publish that reaches termination (or fails), and a per-step publish."""
+
+    mode: str = eqx.field(static=True)
+
+    def __init__(self, mode: str) -> None:
+        super().__init__("init")
+        self.mode = mode
+        self.declare_continuous_state(1)
+        make = js.EventStatus.reached_termination if mode == "terminate" else js.EventStatus.failed
+        self.declare_initialization_publish_event(lambda c: make(message="init says stop"))
+        self.declare_per_step_publish_event(lambda c: c.get_time(), name="per_step")
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones((1,), context.get_time().dtype)
+
+
+@pytest.mark.parametrize("mode", ["terminate", "fail"])
+def test_initialize_runs_every_publish_whatever_an_initialization_publish_returns(mode):
+    # Drake's Initialize merges the initialization, per-step and timed publishes into one dispatch:
+    # all handlers run, and the status (termination, or the failure it throws) comes after. Before:
+    # the per-step publish was skipped.
+    s = InitStops(mode)
+    sim = js.Simulator(s)
+    if mode == "terminate":
+        st = sim.initialize()
+        assert st.reached_termination() and st.message() == "init says stop"
+    else:
+        with pytest.raises(js.JaxsysError, match="init says stop"):
+            sim.initialize()
+    np.testing.assert_allclose(sim.get_publish_log("per_step").sample_times(), [0.0])

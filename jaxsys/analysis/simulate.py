@@ -650,8 +650,9 @@ def _start_events(
     init_values: Any = ()
     status = EventStatus.did_nothing()
     counts_init = jnp.zeros((3,), jnp.int32)
+    update_status = status
     if initialize:
-        context, init_values, status, counts_init = program.initialize(context)
+        context, init_values, status, counts_init, update_status = program.initialize(context)
     program.bind_witnesses(context)
     k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
     logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
@@ -659,8 +660,13 @@ def _start_events(
     counts0 = counts_init
     if initialize:
         # per-step publishes, periodic publishes due at the start time and the monitor belong to
-        # Initialize (not after an update reached termination or failed, as Drake's)
-        gate = jnp.array(True) if status.bound < REACHED_TERMINATION else ~EventProgram.stopped(status0)
+        # Initialize (not after an update reached termination or failed, as Drake's; whatever the
+        # initialization publishes returned: Drake dispatches them all together)
+        gate = (
+            jnp.array(True)
+            if update_status.bound < REACHED_TERMINATION
+            else ~EventProgram.stopped(program.pack(update_status))
+        )
         k0, logs0, n_p, p_status = program.publishes(context, k0, gate, logs0, _right_now_publishes(program, context))
         status0 = EventProgram.fold(status0, program.pack(p_status))
         # Drake handles these and the initialization publishes in one HandlePublish: one publish

@@ -190,11 +190,12 @@ class Simulator:
         self._stats = {}  # (Drake's Initialize resets the statistics, then counts its own events)
         if program:
             context = self._context
-            context, self._init_publishes, status, counts = program.initialize(context)
+            context, self._init_publishes, status, counts, update_status = program.initialize(context)
             packed = np.asarray(program.pack(status))
             k0 = program.init_counters(context.get_time(), True, True)
             logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
-            gate = jnp.array(bool(packed[0] < EventStatus.REACHED_TERMINATION))
+            # (all publishes of Initialize run together, as Drake's: only an update stops them)
+            gate = jnp.array(bool(int(np.asarray(program.pack(update_status))[0]) < EventStatus.REACHED_TERMINATION))
             flags = _right_now_publishes(program, context)  # (the same Initialize publishes as simulate's)
             _, self._init_logs, n_p, p_status = program.publishes(context, k0, gate, logs0, flags)
             packed = np.asarray(program.fold(jnp.asarray(packed), program.pack(p_status)))
