@@ -357,3 +357,18 @@ def test_initialize_runs_every_publish_whatever_an_initialization_publish_return
         with pytest.raises(js.JaxsysError, match="init says stop"):
             sim.initialize()
     np.testing.assert_allclose(sim.get_publish_log("per_step").sample_times(), [0.0])
+
+
+def test_an_empty_simulator_says_so():
+    # Drake: reset_context(nullptr) leaves the Simulator without a context; has_context() is false and
+    # Initialize throws "Context has not been set"
+    s = js.examples.SpringMassDamper(has_input=False)
+    sim = js.Simulator(s)
+    assert sim.has_context()
+    sim.reset_context(None)
+    assert not sim.has_context()
+    for call in (sim.initialize, lambda: sim.advance_to(1.0), sim.get_context):
+        with pytest.raises(js.JaxsysError, match="Context has not been set"):
+            call()
+    sim.reset_context(s.create_default_context().with_continuous_state(jnp.array([1.0, 0.0])))
+    assert sim.advance_to(0.5).succeeded()

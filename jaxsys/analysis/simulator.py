@@ -182,6 +182,7 @@ class Simulator:
 
         Returns a [`SimulatorStatus`][jaxsys.SimulatorStatus] (reached termination if a handler or the monitor
         said so); a failed handler raises an error naming its system and message, as Drake's."""
+        self._require_context("initialize")
         program = EventProgram(self._system, self._monitor)
         program.bind_witnesses(self._context)
         self._pending = program.no_witness_flags()
@@ -356,7 +357,16 @@ class Simulator:
         return self._last_result
 
     def get_context(self) -> Context:
-        """The current context (Drake: ``get_context``)."""
+        """The current context (Drake: ``get_context``); an error when the Simulator has none
+        (after ``reset_context(None)``)."""
+        return self._require_context("get_context")
+
+    def _require_context(self, where: str) -> Context:
+        if self._context is None:
+            raise JaxsysError(
+                f"Simulator.{where}(): Context has not been set (it was released with reset_context(None)); "
+                f"give one with reset_context(system.create_default_context())."
+            )
         return self._context
 
     def get_mutable_context(self) -> MutableContext:
@@ -369,9 +379,12 @@ class Simulator:
         """
         return MutableContext(self)
 
-    def reset_context(self, context: Context) -> None:
-        """Replace the context (Drake: ``reset_context``)."""
-        self._system.validate_context(context)
+    def reset_context(self, context: Context | None) -> None:
+        """Replace the context (Drake: ``reset_context``); None leaves the Simulator without one
+        (``has_context()`` False; Drake allows an empty Simulator too) until the next
+        ``reset_context``. Either way the next ``advance_to`` initializes again."""
+        if context is not None:
+            self._system.validate_context(context)
         self._context = context
         self._initialized = False
 
@@ -393,7 +406,7 @@ class Simulator:
         """Pace ``advance_to`` to ``rate`` x wall-clock time (1.0 = real time; 0 = as fast as possible)."""
         self._rate = max(0.0, float(rate))
         self._wall_start = _time.perf_counter()
-        self._sim_start = float(self._context.get_time())
+        self._sim_start = self._now()
 
     def get_target_realtime_rate(self) -> float:
         """Drake: ``get_target_realtime_rate``."""
@@ -416,10 +429,15 @@ class Simulator:
         (Drake: ``ResetStatistics``)."""
         self._stats = {}
         self._wall_start = _time.perf_counter()
-        self._sim_start = float(self._context.get_time())
+        self._sim_start = self._now()
+
+    def _now(self) -> float:
+        """The context's time, s (NaN without a context)."""
+        return float(self._context.get_time()) if self._context is not None else float("nan")
 
     def has_context(self) -> bool:
-        """Drake: ``has_context``: always True (a Simulator is made with, or makes, a context)."""
+        """Whether the Simulator holds a context (Drake: ``has_context``): False only after
+        ``reset_context(None)``."""
         return self._context is not None
 
     def get_statistics(self) -> dict[str, float]:
