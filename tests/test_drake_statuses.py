@@ -372,3 +372,15 @@ def test_an_empty_simulator_says_so():
             call()
     sim.reset_context(s.create_default_context().with_continuous_state(jnp.array([1.0, 0.0])))
     assert sim.advance_to(0.5).succeeded()
+
+
+def test_current_witness_time_isolation_is_drakes():
+    # Drake's GetCurrentWitnessTimeIsolation: 0.01 * accuracy * (1 s with error control, the maximum step
+    # in fixed-step mode); jaxsys: None without an accuracy (it then isolates relative to each step)
+    s = js.examples.BouncingBall()
+    ctx = s.create_default_context()
+    ec = js.Simulator(s, ctx.with_accuracy(1e-3), js.RungeKutta3Integrator(max_step_size=0.1))
+    assert ec.get_current_witness_time_isolation() == pytest.approx(1e-5)
+    fixed = js.Simulator(s, ctx.with_accuracy(1e-3), js.RungeKutta4Integrator(max_step_size=0.1))
+    assert fixed.get_current_witness_time_isolation() == pytest.approx(1e-6)
+    assert js.Simulator(s, ctx).get_current_witness_time_isolation() is None

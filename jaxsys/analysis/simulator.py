@@ -40,6 +40,7 @@ from .results import (
     Status as Status,
 )
 from .simulate import _right_now, _right_now_publishes, simulate as simulate
+from .witness_isolation import isolation_window
 
 
 Array = jax.Array
@@ -434,6 +435,21 @@ class Simulator:
     def _now(self) -> float:
         """The context's time, s (NaN without a context)."""
         return float(self._context.get_time()) if self._context is not None else float("nan")
+
+    def get_current_witness_time_isolation(self) -> float | None:
+        """The width, s, to which witness crossings are isolated now (Drake:
+        ``GetCurrentWitnessTimeIsolation``): with an accuracy ``a`` on the context, ``0.01 a`` times
+        the characteristic time (1 s with error control, the maximum step in fixed-step mode), at
+        least the time's resolution. None when the context has no accuracy: jaxsys then isolates each
+        crossing to ``step * 2**-witness_iterations`` of the step it is in (Drake does not isolate in
+        fixed-step mode, and refuses with error control)."""
+        context = self._require_context("get_current_witness_time_isolation")
+        accuracy = context.get_accuracy()
+        if accuracy is None:
+            return None
+        t = jnp.asarray(context.get_time())
+        scale = self._integrator.max_step_size if self._integrator.get_fixed_step_mode() else 1.0
+        return float(isolation_window(t, jnp.zeros((), t.dtype), 0, accuracy, scale))
 
     def has_context(self) -> bool:
         """Whether the Simulator holds a context (Drake: ``has_context``): False only after

@@ -385,7 +385,13 @@ class StepLoop:
         def isolate() -> tuple[Array, Array, Array, Array]:
             # (bracket and window computed here: only steps with a crossing pay for them)
             lo0, hi0 = first_bracket(fired, choice.h)
-            window = isolation_window(t, choice.h, self.witness_iterations, self.run.context.get_accuracy())
+            window = isolation_window(
+                t,
+                choice.h,
+                self.witness_iterations,
+                self.run.context.get_accuracy(),
+                self.integrator.max_step_size if self.fixed else 1.0,
+            )
             return isolate_crossing(
                 program,
                 self.integrator,

@@ -52,15 +52,17 @@ ISOLATION_ULPS = 16  # the isolation window is at least this many units in the l
 _MAX_ITERATIONS = 200  # bound on bracketing iterations
 
 
-def isolation_window(t: Array, h: Array, iterations: int, accuracy: float | None = None) -> Array:
+def isolation_window(
+    t: Array, h: Array, iterations: int, accuracy: float | None = None, characteristic_time: float = 1.0
+) -> Array:
     """Width, s, to which a crossing in a step of size ``h`` from ``t`` is isolated: ``h * 2**-iterations``,
-    or, when the context has an accuracy set, Drake's ``0.01 * accuracy * 1 s``
-    (``Simulator::GetCurrentWitnessTimeIsolation``); at least ``ISOLATION_ULPS`` units in the last
-    place of the time (in float32 ~2e-6 max(1, |t|)), so that landing past the crossing always moves
-    time forward."""
+    or, when the context has an accuracy set, Drake's ``0.01 * accuracy * characteristic_time``
+    (``Simulator::GetCurrentWitnessTimeIsolation``: the characteristic time is 1 s with error control,
+    the maximum step in fixed-step mode); at least ``ISOLATION_ULPS`` units in the last place of the
+    time (in float32 ~2e-6 max(1, |t|)), so that landing past the crossing always moves time forward."""
     eps = float(jnp.finfo(t.dtype).eps)
     resolution = ISOLATION_ULPS * eps * jnp.maximum(1.0, jnp.abs(t) + jnp.abs(h))
-    wanted = h * (2.0**-iterations) if accuracy is None else jnp.asarray(0.01 * accuracy, t.dtype)
+    wanted = h * (2.0**-iterations) if accuracy is None else jnp.asarray(0.01 * accuracy * characteristic_time, t.dtype)
     return jnp.maximum(wanted, resolution)
 
 
