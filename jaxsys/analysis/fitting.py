@@ -242,6 +242,13 @@ def fit_parameters(
     - `print_every`: print the loss and parameters every this many steps (0: silent; Adam prints at
       the end of its compiled chunks of steps).
 
+    **Precision.** In float32 (JAX's default) Adam, which minimizes the loss itself, resolves
+    parameters only to about the square root of float32's resolution (~3e-4 relative: the loss is flat
+    to rounding nearer the minimum); the least-squares methods work on the residuals and do better.
+    Standard errors mean something only when the measurement noise is well above float32's rounding of
+    the simulated trajectory (~1e-6 relative). Fit in float64 (``jax_enable_x64``) when either matters.
+    The simulations inside have the integrator's precision (its **Precision** note).
+
     Returns a [`FitResult`][jaxsys.FitResult].
     """
     if method not in ("adam", "levenberg_marquardt", "gauss_newton"):

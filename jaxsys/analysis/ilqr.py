@@ -342,6 +342,10 @@ def ilqr(
     - `max_iterations`, `tolerance` (relative cost decrease that ends the iterations),
       `regularization` (initial mu).
 
+    **Precision.** In float32 the relative cost decrease cannot be resolved below ~1e-7: with a
+    ``tolerance`` under that (the default 1e-9 is meant for float64) the iterations end when no step
+    lowers the cost any more, i.e. at float32's resolution of the cost.
+
     Returns an [`ILQRResult`][jaxsys.ILQRResult]; a warning names the options when it did not converge.
     """
     system.validate_context(context)

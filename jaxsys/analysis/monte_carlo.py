@@ -80,6 +80,10 @@ def monte_carlo_simulation(
     ``make_context`` must be traceable (use ``jax.random`` with the key, not NumPy). ``output`` maps the
     final context to any pytree. A sample can be re-run alone with [`random_simulation`][jaxsys.random_simulation] and
     ``result.keys[i]``.
+
+    **Precision.** Samples run in the dtype ``make_context`` builds (float32 unless ``jax_enable_x64``):
+    statistics over many samples average out float32's rounding, but each sample's accuracy is bounded
+    as in ``simulate`` (~1e-6 in float32; a finer target warns).
     """
     if not (isinstance(num_samples, (int, np.integer)) and num_samples >= 1):
         raise JaxsysError(f"monte_carlo_simulation: num_samples must be a positive integer; got {num_samples!r}.")

@@ -83,6 +83,13 @@ class IntegratorBase(eqx.Module):
       derivative evaluation per step attempt. Steps and results are those of Drake (which
       re-evaluates it); only ``num_derivative_evaluations`` differs. ``fsal=False`` evaluates as Drake
       does (jaxsys-specific; ignored by other methods).
+
+    **Precision.** The dtype is the context's: float32 unless ``jax_enable_x64`` is on. float32 resolves
+    about 1.2e-7 relative, so error control delivers target accuracies down to ~1e-6 there; a finer
+    target warns at the call (``js.PrecisionWarning``, naming float32 and ``jax_enable_x64``), the
+    working minimum step is float32's (~1e-7 of the time, not float64's ~1e-14), and stiff problems
+    that need very small steps can fail with a message that says float32 may be the cause. Fixed steps,
+    events, witnesses (isolated to ~2e-6 s in float32) and gradients work in both dtypes.
     """
 
     max_step_size: float = eqx.field(static=True, default=0.1)
