@@ -100,8 +100,15 @@ DRAKE_APE = {
 }
 
 
+@pytest.mark.parametrize("x64", [True, False], ids=["float64", "float32"])
 @pytest.mark.parametrize("kind", ["fixed", "error-controlled"])
-def test_advance_pending_events_is_advance_to_now(counter, kind):
+def test_advance_pending_events_is_advance_to_now(counter, kind, x64):
+    # (float32 too: advance_to(0.1) after reaching float32(0.1) = 0.10000000149 is "now", not backwards)
+    with jax.enable_x64(x64):
+        _ape_scenario(counter, kind)
+
+
+def _ape_scenario(counter, kind):
     # Drake: AdvancePendingEvents() is AdvanceTo(now), and every AdvanceTo takes at least one step: a
     # step of zero length does the updates due now, then the per-step publishes. Error control goes on
     # with the step it asked for at the end of the last AdvanceTo (Drake's integrator keeps it).

@@ -256,14 +256,18 @@ class Simulator:
             if status.reached_termination():
                 return status
         t = float(self._context.get_time())
-        if boundary_time < t:
+        dtype = self._context.time.dtype
+        # (compared in the context's dtype: in float32, advance_to(0.1) twice is the same time, not a
+        # step backwards from float32(0.1) = 0.10000000149)
+        b = float(np.asarray(boundary_time, dtype))
+        if b < t:
             raise JaxsysError(
                 f"Simulator.advance_to({boundary_time}): the context is already at t={t}; time cannot go backwards."
             )
+        zero_length = b == t
         # (Drake's AdvanceTo takes at least one step: to the time it is at, a step of zero length that
         # performs the updates due now, then the per-step publishes and the monitor)
-        fn = self._advance_fn(self._updates_at_start, boundary_time == t)
-        dtype = self._context.time.dtype
+        fn = self._advance_fn(self._updates_at_start, zero_length)
         # (error control goes on with the step it asked for at the end of the last advance, as Drake's
         # integrator keeps its ideal next step; NaN: the integrator's initial step)
         h0 = jnp.asarray(self._ideal_step, dtype)
@@ -273,10 +277,10 @@ class Simulator:
         self._pending = result.pending_witness_events
         self._context = result.context
         ideal = float(result.stats.ideal_next_step_size)
-        if boundary_time != t and np.isfinite(ideal):
+        if not zero_length and np.isfinite(ideal):
             self._ideal_step = ideal
         # (a step of zero length performed the periodic updates due now: the next step does not repeat them)
-        self._updates_at_start = boundary_time != t
+        self._updates_at_start = not zero_length
         for k, v in result.stats.as_dict().items():
             if k.startswith("num_"):
                 self._stats[k] = self._stats.get(k, 0) + v
