@@ -1066,18 +1066,21 @@ def _robertson_rhs(y):
     return [-0.04 * y[0] + 1e4 * y[1] * y[2], 0.04 * y[0] - 1e4 * y[1] * y[2] - 3e7 * y[1] ** 2, 3e7 * y[1] ** 2]
 
 
-def stiff_cases() -> list[tuple[str, list[tuple[str, int, float, float, float]]]]:
-    """S3b (Van der Pol, mu = 1000, [0, 3000]) and Robertson to 1e5, at tolerances 1e-4 and 1e-6:
-    jaxsys Radau3 vs scipy's Radau and Diffrax's Kvaerno5 (rtol = atol = tolerance; jaxsys's accuracy
-    is Drake's absolute weighted norm). Rows: (implementation, tolerance, steps, max |final error|
-    against a tight scipy reference, compile s, run s)."""
+STIFF_TOLERANCES = (1e-4, 1e-6, 1e-8)
+
+
+def stiff_problems():
+    """The stiff problems of issue #40: (title, system, x0, t_final, scipy rhs, Diffrax rhs, max step)."""
     import numpy as np
-    from scipy.integrate import solve_ivp
 
     from jaxsys.examples import VanDerPol
 
     mu = 1000.0
-    problems = [
+    rob = (
+        _Robertson(),
+        np.array([1.0, 0.0, 0.0]),
+    )
+    return [
         (
             "S3b Van der Pol mu=1000, [0, 3000]",
             VanDerPol(mu=mu),
@@ -1089,34 +1092,91 @@ def stiff_cases() -> list[tuple[str, list[tuple[str, int, float, float, float]]]
         ),
         (
             "Robertson, [0, 1e5]",
-            _Robertson(),
-            np.array([1.0, 0.0, 0.0]),
+            *rob,
             1e5,
             lambda t, y: _robertson_rhs(y),
             lambda t, y, a: jnp.stack(_robertson_rhs(y)),
             1e4,
         ),
+        (
+            "Robertson, [0, 1e11]",
+            *rob,
+            1e11,
+            lambda t, y: _robertson_rhs(y),
+            lambda t, y, a: jnp.stack(_robertson_rhs(y)),
+            1e10,
+        ),
     ]
+
+
+def stiff_cases():
+    """S3b (Van der Pol, mu = 1000, [0, 3000]) and Robertson to 1e5 and to 1e11, at tolerances 1e-4, 1e-6,
+    1e-8: jaxsys Radau3 and Radau5 vs scipy's Radau and Diffrax's Kvaerno5 (rtol = atol = tolerance;
+    jaxsys's accuracy is Drake's absolute weighted norm). Rows: (implementation, tolerance, steps, max
+    |final error| against a tight scipy reference, compile s, run s). Besides, for each problem, a
+    work-precision sweep of jaxsys Radau5 (accuracy 1e-2 ... 1e-11, quarter decades) and for each peer
+    row the fastest jaxsys run whose error is at most the peer's: the comparison at equal final error.
+    Returns [(title, rows, equal-error rows)]."""
+    from scipy.integrate import solve_ivp
+
     out = []
-    for title, *problem in problems:
-        _, y0, tf, rhs, *_ = problem
+    for title, system, y0, tf, rhs, jrhs, h_max in stiff_problems():
         ref = solve_ivp(rhs, (0.0, tf), y0, method="Radau", rtol=1e-12, atol=1e-14).y[:, -1]
-        out.append((title, [row for tol in (1e-4, 1e-6) for row in _stiff_case(*problem, tol=tol, ref=ref)]))
+        rows = [row for tol in STIFF_TOLERANCES for row in _stiff_case(system, y0, tf, rhs, jrhs, h_max, tol, ref)]
+        sweep = _radau5_sweep(system, tf, h_max, ref)
+        equal = []
+        for name, tol, _, err, _, t_run in rows:
+            if name.startswith("jaxsys"):
+                continue
+            ok = [(t, acc, e) for acc, e, t in sweep if e <= err]
+            if ok:
+                t_js, acc, e_js = min(ok)
+                equal.append((name, tol, err, t_run, acc, e_js, t_js))
+            else:
+                equal.append((name, tol, err, t_run, None, None, None))
+        out.append((title, rows, equal))
+    return out
+
+
+def _radau5_sweep(system, tf, h_max, ref):
+    """jaxsys Radau5's (accuracy, final error, run s) from 1e-2 to 1e-11 (plain calls: the accuracy is
+    traced, one compilation)."""
+    import numpy as np
+
+    ctx = system.create_default_context()
+    out = []
+    for k in range(8, 45):
+        acc = 10.0 ** (-k / 4)
+        integ = js.Radau5Integrator(max_step_size=h_max, target_accuracy=acc, max_steps=400_000)
+        res = js.simulate(system, ctx, tf, integ, throw=False)
+        if int(res.status) != 0:  # (Robertson to 1e11 at a loose absolute accuracy: y1 < 0 grows)
+            continue
+        _, t_run = timeit(
+            lambda c, integ=integ: js.simulate(system, c, tf, integ).context.get_continuous_state_vector(),
+            ctx,
+            repeats=3,
+        )
+        x = np.asarray(res.context.get_continuous_state_vector())
+        out.append((acc, float(np.max(np.abs(x - ref))), t_run))
     return out
 
 
 def _stiff_case(system, y0, tf, rhs, jrhs, h_max, tol, ref):
-    """One stiff problem's rows (see :func:`stiff_cases`)."""
+    """One stiff problem's rows at one tolerance (see `stiff_cases`)."""
     import numpy as np
     from scipy.integrate import solve_ivp
 
     ctx = system.create_default_context()
-    integ = js.RadauIntegrator(max_step_size=h_max, target_accuracy=tol, max_steps=200_000)
-    run = jax.jit(lambda c: js.simulate(system, c, tf, integ))
-    comp, t_run = timeit(lambda c: run(c).context.get_continuous_state_vector(), ctx, repeats=5)
-    res = run(ctx)
-    err = float(np.max(np.abs(np.asarray(res.context.get_continuous_state_vector()) - ref)))
-    rows = [("jaxsys Radau3", tol, int(res.stats.num_steps_taken), err, comp, t_run)]
+    rows = []
+    for label, cls in (("jaxsys Radau3", js.RadauIntegrator), ("jaxsys Radau5", js.Radau5Integrator)):
+        integ = cls(max_step_size=h_max, target_accuracy=tol, max_steps=400_000)
+        run = jax.jit(lambda c, integ=integ: js.simulate(system, c, tf, integ, throw=False))
+        comp, t_run = timeit(lambda c, run=run: run(c).context.get_continuous_state_vector(), ctx, repeats=5)
+        res = run(ctx)
+        err = float(np.max(np.abs(np.asarray(res.context.get_continuous_state_vector()) - ref)))
+        if int(res.status) != 0:
+            err = float("nan")  # the run failed (and says so): no error to compare
+        rows.append((label, tol, int(res.stats.num_steps_taken), err, comp, t_run))
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -1136,7 +1196,7 @@ def _stiff_case(system, y0, tf, rhs, jrhs, h_max, tol, ref):
                 None,
                 y,
                 stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
-                max_steps=200_000,
+                max_steps=400_000,
             )
             return sol.ys[-1], sol.stats["num_accepted_steps"]
 
@@ -1211,21 +1271,43 @@ def main() -> None:
         stiff = [
             lines[0],
             "",
-            "Stiff problems (issue #15) at two tolerances each: steps, final error against a tight scipy reference",
-            "(Radau, rtol 1e-12, atol 1e-14), compile and run time. jaxsys's accuracy is Drake's absolute",
-            "weighted norm, scipy's and Diffrax's rtol = atol = tolerance: compare rows of equal final error.",
+            "Stiff problems (issues #15, #40) at three tolerances each: steps, final error against a tight scipy",
+            "reference (Radau, rtol 1e-12, atol 1e-14), compile and run time. jaxsys's accuracy is Drake's absolute",
+            "weighted norm, scipy's and Diffrax's rtol = atol = tolerance: compare rows of equal final error (the",
+            "second table).",
             "",
-            "| case | implementation | tolerance | steps | final error | compile s | run s (median) | ratio vs first |",
+            "| case | implementation | tolerance | steps | final error | compile s | run s (median) "
+            "| ratio vs Radau5 |",
             "|---|---|---|---|---|---|---|---|",
         ]
+        equal_lines = [
+            "",
+            "At equal final error: for each peer row, the fastest jaxsys Radau5 run (accuracy swept from 1e-2 to",
+            "1e-11 in quarter decades) whose final error is at most the peer's. Ratio < 1: jaxsys is faster.",
+            "",
+            "| case | peer | peer tolerance | peer error | peer run | jaxsys Radau5 accuracy | jaxsys error "
+            "| jaxsys run | jaxsys / peer |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         print("\n".join(stiff[1:]))
-        for title, rows in stiff_cases():
-            base = rows[0][5]
+        for title, rows, equal in stiff_cases():
+            base = {tol: run for name, tol, _, _, _, run in rows if name == "jaxsys Radau5"}
             for name, tol, steps, err, comp, run in rows:
-                cells = f"{tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms | {run / base:.2f}"
+                cells = f"{tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms | {run / base[tol]:.2f}"
                 line = f"| {title} | {name} | {cells} |"
                 stiff.append(line)
                 print(line, flush=True)
+            for name, tol, err, t_run, acc, e_js, t_js in equal:
+                if acc is None:
+                    cells = f"{tol:g} | {err:.1e} | {t_run * 1e3:.1f} ms | not reached | | | |"
+                else:
+                    cells = (
+                        f"{tol:g} | {err:.1e} | {t_run * 1e3:.1f} ms | {acc:.1e} | {e_js:.1e} | {t_js * 1e3:.1f} ms | "
+                        f"{t_js / t_run:.2f}"
+                    )
+                equal_lines.append(f"| {title} | {name} | {cells} |")
+        print("\n".join(equal_lines), flush=True)
+        stiff += equal_lines
         if args.write:
             write_block("stiff table: written by benchmarks/suite.py --write", stiff)
 

@@ -19,6 +19,7 @@ FIXED_STEP_INTEGRATORS = [
     js.RungeKutta5Integrator,
     js.ImplicitEulerIntegrator,
     js.RadauIntegrator,
+    js.Radau5Integrator,
 ]
 ADAPTIVE_INTEGRATORS = [
     js.RungeKutta3Integrator,
@@ -26,6 +27,7 @@ ADAPTIVE_INTEGRATORS = [
     js.RungeKutta5Integrator,
     js.ImplicitEulerIntegrator,
     js.RadauIntegrator,
+    js.Radau5Integrator,
 ]
 
 

@@ -22,7 +22,7 @@ import jaxsys as js
 from jaxsys.framework.errors import JaxsysError
 
 
-IMPLICIT = [js.ImplicitEulerIntegrator, js.Radau1Integrator, js.RadauIntegrator]
+IMPLICIT = [js.ImplicitEulerIntegrator, js.Radau1Integrator, js.RadauIntegrator, js.Radau5Integrator]
 
 
 class Robertson(js.LeafSystem):
@@ -142,7 +142,7 @@ def test_fixed_step_failure_below_minimum_is_an_error():
         js.simulate(s, s.create_default_context(), 2.0, integ)
 
 
-@pytest.mark.parametrize("cls", [js.ImplicitEulerIntegrator, js.RadauIntegrator])
+@pytest.mark.parametrize("cls", [js.ImplicitEulerIntegrator, js.RadauIntegrator, js.Radau5Integrator])
 @pytest.mark.parametrize("h", [1e-2, 1.0])
 def test_robertson_fixed_step_never_accepts_unconverged_steps(cls, h, robertson_reference):
     # Before: Newton failed at these steps, the unconverged steps were accepted with status ok and 0
@@ -156,7 +156,7 @@ def test_robertson_fixed_step_never_accepts_unconverged_steps(cls, h, robertson_
     assert (
         res.stats.as_dict()["num_step_shrinkages_from_substep_failures"] == res.stats.as_dict()["num_substep_failures"]
     )
-    tol = {js.ImplicitEulerIntegrator: 2e-2 * h + 1e-4, js.RadauIntegrator: 1e-5}[cls]
+    tol = {js.ImplicitEulerIntegrator: 2e-2 * h + 1e-4, js.RadauIntegrator: 1e-5, js.Radau5Integrator: 1e-6}[cls]
     np.testing.assert_allclose(y, robertson_reference[10.0], atol=tol, rtol=0)
     assert abs(y.sum() - 1.0) < 1e-12
 
@@ -174,8 +174,8 @@ def test_stiff_pair_k1e20_matches_closed_form(cls, accuracy):
     exact = np.array([1 + 1 / 6, 1 + 1 / 6, 1 + 1 / 3, 1 + 1 / 3])
     steps = r.stats.as_dict()["num_steps_taken"]
     # error per step: the global error is at most the sum of the local errors allowed (x'' is
-    # constant: nothing amplifies them); Radau3 is exact on a quadratic
-    bound = 1e-12 if cls is js.RadauIntegrator else steps * accuracy
+    # constant: nothing amplifies them); Radau3 and Radau5 are exact on a quadratic
+    bound = 1e-12 if cls in (js.RadauIntegrator, js.Radau5Integrator) else steps * accuracy
     np.testing.assert_allclose(x, exact, atol=bound, rtol=0)
     # momentum (1 x1' + 2 x2' = 3 + t) is a linear invariant, which every Runge-Kutta method keeps up
     # to its Newton error (converged to kappa = 0.05 times the accuracy a step, as Drake's)
@@ -183,11 +183,11 @@ def test_stiff_pair_k1e20_matches_closed_form(cls, accuracy):
     assert steps < 2000
 
 
-@pytest.mark.parametrize("cls", [js.RadauIntegrator, js.Radau1Integrator])
+@pytest.mark.parametrize("cls", [js.RadauIntegrator, js.Radau1Integrator, js.Radau5Integrator])
 def test_robertson_to_1e11(cls, robertson_reference):
     # Drake's error norm is absolute: y2 (at most 4e-5) is weighted 1e4 so that it is resolved
     r = Robertson()
-    acc = 1e-6 if cls is js.RadauIntegrator else 1e-4
+    acc = 1e-4 if cls is js.Radau1Integrator else 1e-6
     integ = cls(max_step_size=1e10, target_accuracy=acc, z_weight=(1.0, 1e4, 1.0), max_steps=100_000)
     ts = jnp.array([10.0, 1e3, 1e5, 1e11])
     res = js.simulate(r, r.create_default_context(), 1e11, integ, save_at=ts)
@@ -196,10 +196,12 @@ def test_robertson_to_1e11(cls, robertson_reference):
         ref = robertson_reference[t]
         steps = res.stats.as_dict()["num_steps_taken"]
         # within the requested accuracy per unit weight (and the number of steps, for Radau1)
-        scale = 20 if cls is js.RadauIntegrator else steps
+        scale = steps if cls is js.Radau1Integrator else 20
         np.testing.assert_allclose(y[[0, 2]], ref[[0, 2]], atol=scale * acc, rtol=0)
         np.testing.assert_allclose(y[1], ref[1], atol=scale * acc * 1e-4, rtol=0)
-    assert res.stats.as_dict()["num_steps_taken"] < (1000 if cls is js.RadauIntegrator else 20_000)
+    assert res.stats.as_dict()["num_steps_taken"] < {js.Radau1Integrator: 20_000, js.RadauIntegrator: 1000}.get(
+        cls, 400
+    )
 
 
 def test_stiff_pair_float32():
@@ -260,7 +262,9 @@ def test_error_estimate_bounds_a_higher_order_result(integ, order):
     np.testing.assert_allclose(np.log10(abs(e1 / e2)), integ.get_error_estimate_order(), atol=0.1)
 
 
-@pytest.mark.parametrize("cls", [js.ImplicitEulerIntegrator, js.RadauIntegrator, js.Radau1Integrator])
+@pytest.mark.parametrize(
+    "cls", [js.ImplicitEulerIntegrator, js.RadauIntegrator, js.Radau1Integrator, js.Radau5Integrator]
+)
 def test_global_error_tracks_accuracy(cls):
     # x' = -x + sin t on [0, 10]. Before: implicit Euler (Drake's, keeping the two half steps) ended
     # 26x and 260x the accuracy away at 1e-4 and 1e-6 (error per step adds up in a first-order
@@ -279,7 +283,9 @@ def test_global_error_tracks_accuracy(cls):
 
 
 # ----- 4. options checked as Drake checks them --------------------------------------------------
-@pytest.mark.parametrize("cls", [js.RungeKutta3Integrator, js.ImplicitEulerIntegrator, js.RadauIntegrator])
+@pytest.mark.parametrize(
+    "cls", [js.RungeKutta3Integrator, js.ImplicitEulerIntegrator, js.RadauIntegrator, js.Radau5Integrator]
+)
 def test_option_validation(cls):
     name = cls.__name__
     with pytest.raises(
@@ -308,6 +314,7 @@ def test_drake_accuracy_defaults():
     assert js.ImplicitEulerIntegrator().get_accuracy_in_use() == 1e-1
     assert js.Radau1Integrator().get_accuracy_in_use() == 1e-1
     assert js.RadauIntegrator().get_accuracy_in_use() == 1e-3
+    assert js.Radau5Integrator().get_accuracy_in_use() == 1e-5  # (not in Drake: RK5's default)
     # Drake's first step: the maximum step for the implicit methods, a tenth of it for the explicit
     assert js.RadauIntegrator(max_step_size=0.5).get_initial_step_size_target() == 0.5
     assert js.RungeKutta3Integrator(max_step_size=0.5).get_initial_step_size_target() == 0.05
@@ -345,8 +352,10 @@ def test_newton_statistics_and_jacobian_reuse():
         js.ImplicitEulerIntegrator(max_step_size=0.05, target_accuracy=1e-6),
         js.Radau1Integrator(max_step_size=0.05, fixed_step_mode=True),
         js.RadauIntegrator(max_step_size=0.5, target_accuracy=1e-8),
+        js.Radau5Integrator(max_step_size=0.5, target_accuracy=1e-8),
+        js.Radau5Integrator(max_step_size=0.05, fixed_step_mode=True),
     ],
-    ids=["ie-ec", "radau1-fixed", "radau3-ec"],
+    ids=["ie-ec", "radau1-fixed", "radau3-ec", "radau5-ec", "radau5-fixed"],
 )
 def test_gradients_through_stiff_runs_match_finite_differences(integ):
     v = js.examples.VanDerPol(mu=20.0)
@@ -369,13 +378,14 @@ def test_gradients_through_stiff_runs_match_finite_differences(integ):
     np.testing.assert_allclose(float(jv), float(g[0]), rtol=1e-9)
 
 
+@pytest.mark.parametrize("cls", [js.RadauIntegrator, js.Radau5Integrator])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_implicit_runs_under_vmap_and_grad_of_vmap(dtype):
+def test_implicit_runs_under_vmap_and_grad_of_vmap(dtype, cls):
     # the Newton cache, the early-exit iteration and the custom_root derivatives, batched: each member
     # matches its own unbatched run, and grad(sum(vmap)) matches the unbatched gradients
     s = StiffPair(1e6)
     base = s.create_default_context(dtype)
-    integ = js.RadauIntegrator(max_step_size=0.1, target_accuracy=1e-4)
+    integ = cls(max_step_size=0.1, target_accuracy=1e-4)
     v0s = jnp.array([0.5, 1.0, 2.0], dtype)
 
     def final(v0):
@@ -389,3 +399,94 @@ def test_implicit_runs_under_vmap_and_grad_of_vmap(dtype):
     # closed form x1 = v0 t + t^2/6: dx1/dv0 = t = 1 for every member
     g = jax.grad(lambda v: jnp.sum(jax.vmap(final)(v)))(v0s)
     np.testing.assert_allclose(np.asarray(g), 1.0, rtol=10 * tol)
+
+
+# ----- the three-stage Radau IIA (RADAU5, issue #40) -----------------------------------------------
+def test_radau5_is_fifth_order_with_a_fourth_order_estimate():
+    # x' = -0.7 x + sin t from the exact solution: one step's error falls as h^6 (a fifth-order
+    # method's local error) and its estimate as h^4 (RADAU5's embedded third-order companion); the
+    # estimate bounds the error of the kept state
+    integ = js.Radau5Integrator(max_step_size=1.0, target_accuracy=1e-12)
+    (e1, t1), (e2, t2) = _one_step(integ, 0.2), _one_step(integ, 0.1)
+    assert abs(e1) > 10 * abs(t1) and abs(e2) > 10 * abs(t2)
+    np.testing.assert_allclose(np.log2(abs(t1 / t2)), 6, atol=0.3)
+    np.testing.assert_allclose(np.log2(abs(e1 / e2)), 4, atol=0.3)
+    # fixed steps on [0, 4]: the global error falls as h^5
+    s = Linear(-0.7)
+    errs = []
+    for h in (0.4, 0.2, 0.1):
+        r = js.simulate(s, s.create_default_context(), 4.0, js.Radau5Integrator(max_step_size=h, fixed_step_mode=True))
+        errs.append(abs(float(r.context.get_continuous_state_vector()[0]) - linear_exact(-0.7, 4.0)))
+    np.testing.assert_allclose(np.log2(np.array(errs[:-1]) / np.array(errs[1:])), 5, atol=0.35)
+
+
+@pytest.fixture(scope="module")
+def vdp1000_reference():
+    from scipy.integrate import solve_ivp
+
+    mu = 1000.0
+    sol = solve_ivp(
+        lambda t, y: [y[1], mu * (1 - y[0] ** 2) * y[1] - y[0]],
+        (0.0, 2000.0),
+        [2.0, 0.0],
+        method="Radau",
+        rtol=1e-11,
+        atol=1e-13,
+    )
+    assert sol.success
+    return sol.y[:, -1]
+
+
+def test_radau5_on_van_der_pol_mu_1000(vdp1000_reference):
+    # Hairer & Wanner's stiff benchmark, across a relaxation jump: the fifth-order method reaches the
+    # accuracy in a quarter of Radau3's steps or fewer, and its error at the end tracks the accuracy
+    # (the jump amplifies local errors ~10x)
+    v = js.examples.VanDerPol(mu=1000.0)
+    ctx = v.create_default_context().with_continuous_state(jnp.array([2.0, 0.0]))
+    out = {}
+    for cls in (js.RadauIntegrator, js.Radau5Integrator):
+        r = js.simulate(v, ctx, 2000.0, cls(max_step_size=50.0, target_accuracy=1e-6, max_steps=100_000))
+        assert int(r.status) == 0
+        err = np.max(np.abs(np.asarray(r.context.get_continuous_state_vector()) - vdp1000_reference))
+        out[cls] = (err, r.stats.as_dict())
+    err5, st5 = out[js.Radau5Integrator]
+    assert err5 < 2e-5, err5
+    assert st5["num_steps_taken"] < out[js.RadauIntegrator][1]["num_steps_taken"] / 4
+    # Drake's statistics: 3 derivatives per Newton iteration (one per stage), one per Jacobian (forward
+    # mode), the estimator's (one a step attempt, two when it refines a would-be rejection)
+    assert st5["num_derivative_evaluations"] == (
+        3 * st5["num_newton_raphson_iterations"]
+        + st5["num_jacobian_evaluations"]
+        + st5["num_error_estimator_derivative_evaluations"]
+    )
+    assert st5["num_step_attempts"] <= st5["num_error_estimator_derivative_evaluations"] <= 2 * st5["num_step_attempts"]
+    # the starting guesses extrapolated from the last step keep Newton short: under 4.5 iterations a step
+    assert st5["num_newton_raphson_iterations"] < 4.5 * st5["num_step_attempts"]
+    assert st5["num_jacobian_evaluations"] < st5["num_steps_taken"] / 10
+
+
+def test_radau5_float32_van_der_pol():
+    # float32 (JAX's default): Van der Pol mu = 100 over a relaxation jump, at an accuracy float32 can
+    # deliver (1e-4): the run succeeds and ends within 1e-3 of a float64 reference. (mu = 1000 past
+    # t ~ 800 fails in float32 with every method: its jump needs steps below float32's time resolution
+    # there, 4.8e-7 t ~ 4e-4 s, and the run says so, naming float32.)
+    from scipy.integrate import solve_ivp
+
+    ref = solve_ivp(
+        lambda t, y: [y[1], 100.0 * (1 - y[0] ** 2) * y[1] - y[0]],
+        (0.0, 200.0),
+        [2.0, 0.0],
+        rtol=1e-11,
+        atol=1e-13,
+        method="Radau",
+    ).y[:, -1]
+    v = js.examples.VanDerPol(mu=100.0)
+    ctx = v.create_default_context(jnp.float32).with_continuous_state(jnp.array([2.0, 0.0], jnp.float32))
+    r = js.simulate(v, ctx, 200.0, js.Radau5Integrator(max_step_size=5.0, target_accuracy=1e-4, max_steps=100_000))
+    x = np.asarray(r.context.get_continuous_state_vector())
+    assert x.dtype == np.float32 and int(r.status) == 0
+    np.testing.assert_allclose(x, ref, atol=1e-3)
+    v = js.examples.VanDerPol(mu=1000.0)
+    ctx = v.create_default_context(jnp.float32).with_continuous_state(jnp.array([2.0, 0.0], jnp.float32))
+    with pytest.raises(Exception, match="float32"):
+        js.simulate(v, ctx, 1000.0, js.Radau5Integrator(max_step_size=50.0, target_accuracy=1e-4))

@@ -31,6 +31,7 @@ FIXED = [
     (functools.partial(js.ImplicitEulerIntegrator, extrapolate=False), 1),
     (js.ImplicitEulerIntegrator, 2),
     (js.RadauIntegrator, 3),
+    (js.Radau5Integrator, 5),
 ]
 
 

@@ -23,6 +23,7 @@ its step truncation at boundaries with the stretch factor, and records Drake's s
 | ImplicitEulerIntegrator | ImplicitEulerIntegrator | 1 | step doubling (2) |
 | Radau1Integrator | RadauIntegrator<T, 1> | 1 | vs implicit trapezoid (2) |
 | RadauIntegrator | RadauIntegrator<T, 2> | 3 | vs trapezoid on the Radau end point (3) |
+| Radau5Integrator | (none in Drake; Hairer's RADAU5) | 5 | RADAU5's embedded estimate (4) |
 
 Drake's accuracy defaults per method (``default_accuracy`` / the loosest allowed): RK3 and
 Bogacki-Shampine 1e-3 / 1e-1, RK5 1e-5 / 1e-3, implicit Euler and Radau1 1e-1 / 5e-1, Radau3
@@ -47,6 +48,7 @@ from .explicit_rk import (
 from .implicit import (
     ImplicitEulerIntegrator as ImplicitEulerIntegrator,
     Radau1Integrator as Radau1Integrator,
+    Radau5Integrator as Radau5Integrator,
     RadauIntegrator as RadauIntegrator,
 )
 from .semi_explicit_euler import SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator
@@ -63,6 +65,7 @@ ALL_INTEGRATORS: tuple[type[IntegratorBase], ...] = (
     ImplicitEulerIntegrator,
     Radau1Integrator,
     RadauIntegrator,
+    Radau5Integrator,
 )
 
 __all__ = [c.__name__ for c in ALL_INTEGRATORS] + ["IntegratorBase", "ALL_INTEGRATORS"]

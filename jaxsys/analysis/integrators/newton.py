@@ -55,21 +55,25 @@ N_STATS = len(STAT_FIELDS)
 
 
 class Factorization(NamedTuple):
-    """An LU-factored iteration matrix and the step size it was made for (NaN: none yet)."""
+    """An LU-factored iteration matrix and the step size it was made for (NaN: none yet). A matrix
+    factored in pieces (the three-stage Radau's real and complex blocks) holds tuples of them."""
 
-    lu: Array
-    piv: Array
+    lu: Any
+    piv: Any
     h: Array
 
 
 class IterationMatrix(NamedTuple):
     """How one iteration matrix M(J, h) is made and used (static): its order and whether it is complex,
-    ``factor(J, h) -> (lu, piv)``, and ``solve(factorization, r) -> M^-1 r``."""
+    ``factor(J, h) -> (lu, piv)``, and ``solve(factorization, r) -> M^-1 r``. ``empty(dtype) -> (lu,
+    piv)``: placeholders shaped as ``factor``'s output, for a matrix factored in several pieces (None:
+    one ``size`` x ``size`` LU)."""
 
     size: int
     complex: bool
-    factor: Callable[[Array, Array], tuple[Array, Array]]
+    factor: Callable[[Array, Array], tuple[Any, Any]]
     solve: Callable[[Factorization, Array], Array]
+    empty: Callable[[Any], tuple[Any, Any]] | None = None
 
 
 def dense_matrix(n: int, make: Callable[[Array, Array], Array]) -> IterationMatrix:
@@ -88,14 +92,16 @@ class NewtonCache(NamedTuple):
     """What the implicit integrators carry from one step to the next.
 
     **Fields:** `jac` (the Jacobian df/dx, n x n, made at some earlier step start), `fresh` (it was made
-    at the start of the current step: trial 3 has nothing new to try), `valid` (there is one), and
-    `factors` (one `Factorization` per iteration matrix the method uses).
+    at the start of the current step: trial 3 has nothing new to try), `valid` (there is one),
+    `factors` (one `Factorization` per iteration matrix the method uses) and `extra` (what a method
+    carries besides: the three-stage Radau's last stages, to extrapolate its next starting guess).
     """
 
     jac: Array
     fresh: Array
     valid: Array
     factors: tuple[Factorization, ...]
+    extra: Any = ()
 
 
 def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any) -> NewtonCache:
@@ -103,8 +109,11 @@ def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any) -> Ne
     cdtype = (jnp.zeros((), dtype) * 1j).dtype
     factors = tuple(
         Factorization(
-            jnp.zeros((m.size, m.size), cdtype if m.complex else dtype),
-            jnp.zeros((m.size,), jnp.int32),
+            *(
+                m.empty(dtype)
+                if m.empty is not None
+                else (jnp.zeros((m.size, m.size), cdtype if m.complex else dtype), jnp.zeros((m.size,), jnp.int32))
+            ),
             jnp.full((), jnp.nan, dtype),
         )
         for m in matrices
@@ -228,7 +237,7 @@ def solve_stage(
                 for k, f in enumerate(cache_.factors)
             )
             fresh = cache_.fresh | need_jac
-            cache_ = NewtonCache(jac, fresh, jnp.array(True), factors)
+            cache_ = cache_._replace(jac=jac, fresh=fresh, valid=jnp.array(True), factors=factors)
             i32 = jnp.int32
             counts = counts + jnp.stack([iters, need_jac.astype(i32), need_factor.astype(i32)])
             # the next trial: a refactorization if this one did not refactor, else a fresh Jacobian if
