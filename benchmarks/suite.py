@@ -778,17 +778,16 @@ def case_acrobot():
     def shooting():
         return js.direct_shooting(plant, ctx, 4.0, 40, effort, x_final=goal, u_limit=20.0, num_segments=10)
 
+    def running(x, u):
+        return 0.01 * u @ u
+
+    def final(x):
+        return 1000.0 * jnp.sum((x - goal) ** 2)
+
     def ilqr():
-        return js.ilqr(
-            plant,
-            ctx,
-            4.0,
-            80,
-            lambda x, u: 0.01 * u @ u,
-            lambda x: 1000.0 * jnp.sum((x - goal) ** 2),
-            u_lower=-20.0,
-            u_upper=20.0,
-        )
+        # (the costs are defined once, as a user repeating a solve has them: js.ilqr keeps its compiled
+        # programs per system and cost functions)
+        return js.ilqr(plant, ctx, 4.0, 80, running, final, u_lower=-20.0, u_upper=20.0)
 
     rows = []
     for name, fn in (("direct_collocation (SLSQP)", colloc), ("multiple shooting (SLSQP)", shooting), ("iLQR", ilqr)):
@@ -803,6 +802,48 @@ def case_acrobot():
         miss = float(np.max(np.abs(np.asarray(r.x)[-1] - goal)))
         rows.append((f"{name}: success {r.success}, {r.iterations} it, |x_N - goal| {miss:.1e}", first, run))
     return "S9 acrobot swing-up, time to converge", rows
+
+
+def case_ilqr_repeat():
+    """S9-ilqr: a repeated js.ilqr (the acrobot swing-up of S9, 80 RK4 intervals; second call, the
+    compiled programs reused) against the same number of iterations of ``ilqr_solve`` inside one
+    hand-written ``jax.jit`` (no host round trip per iteration, no convergence test). Goal (#40): within
+    1.2x."""
+    import warnings
+
+    from jaxsys.examples import Acrobot
+
+    plant = Acrobot()
+    ctx = plant.get_input_port(0).fix_value(plant.create_default_context(), [0.0])
+    goal = jnp.array([np.pi, 0.0, 0.0, 0.0])
+    T, N = 4.0, 80
+
+    def running(x, u):
+        return 0.01 * u @ u
+
+    def final(x):
+        return 1000.0 * jnp.sum((x - goal) ** 2)
+
+    def solve():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return js.ilqr(plant, ctx, T, N, running, final, u_lower=-20.0, u_upper=20.0)
+
+    r = solve()
+    iterations = r.iterations
+    comp, run = timeit(lambda: jnp.asarray(solve().u), repeats=3)
+    F = js.discrete_dynamics(plant, ctx, T / N)
+    hand = jax.jit(
+        lambda x0, u0: js.ilqr_solve(
+            F, running, final, T / N, x0, u0, -20.0, 20.0, iterations=iterations, regularization=1e-6
+        )[0]
+    )
+    x0 = ctx.get_continuous_state_vector()
+    comp_h, run_h = timeit(hand, x0, jnp.zeros((N, 1)), repeats=3)
+    return f"S9-ilqr acrobot iLQR, {iterations} iterations, repeated", [
+        ("jaxsys js.ilqr (second call)", comp, run),
+        ("jax.jit(ilqr_solve), same iterations", comp_h, run_h),
+    ]
 
 
 def _mujoco():
@@ -1224,6 +1265,7 @@ def main() -> None:
         ("S7", case_grad),
         ("S7-fit", case_fit),
         ("S9-acrobot", case_acrobot),
+        ("S9-ilqr", case_ilqr_repeat),
         ("S5", case_sampled_pid),
         ("S4", case_bouncing_ball),
         ("S6-1", lambda: case_batch(1)),

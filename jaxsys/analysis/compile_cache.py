@@ -114,6 +114,17 @@ def cache_sizes() -> dict[str, int]:
     return out
 
 
+def hashable_key(value: Any) -> Hashable:
+    """``value`` itself where it can be part of a cache key (hashable), else its identity. A value
+    that is kept by the cached program (a cost function, an optimizer) may be keyed by identity
+    safely: it stays alive with the entry, so its id is not reused."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return ("id", id(value))
+
+
 def deref(ref: weakref.ref[Any]) -> Any:
     """The system behind ``ref`` (a cache entry is dropped before its system dies, so it is alive)."""
     system = ref()

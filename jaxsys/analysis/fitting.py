@@ -33,7 +33,7 @@ import optax
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
-from .compile_cache import SystemCache, deref
+from .compile_cache import SystemCache, deref, hashable_key
 from .integrators import IntegratorBase, RungeKutta4Integrator
 from .simulate import simulate
 
@@ -197,12 +197,7 @@ def _default_optimizer() -> optax.GradientTransformation:
     return _DEFAULT_ADAM[0.05]
 
 
-def _key(value: Any) -> Any:
-    try:
-        hash(value)
-        return value
-    except TypeError:
-        return ("id", id(value))
+_key = hashable_key
 
 
 def fit_parameters(

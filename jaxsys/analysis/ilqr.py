@@ -23,7 +23,6 @@ Imports (within jaxsys): the framework's ``context``, ``errors``, ``system``; ``
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import warnings
 from collections.abc import Callable
@@ -36,6 +35,7 @@ import numpy as np
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
+from .compile_cache import SystemCache, deref, hashable_key
 from .integrators import IntegratorBase, RungeKutta4Integrator
 from .integrators.base import step_aux
 
@@ -311,6 +311,49 @@ def ilqr_solve(
     return u, xs, cost
 
 
+_ILQR_CACHE: SystemCache[Any] = SystemCache("ilqr", maxsize=32)
+
+
+def _ilqr_program(
+    system: System,
+    h: float,
+    integrator: IntegratorBase | None,
+    substeps: int,
+    running_cost: Callable[..., Array],
+    final_cost: Callable[..., Array],
+    with_reference: bool,
+) -> tuple[Any, Any]:
+    """``ilqr``'s compiled pieces, kept between calls (`SystemCache`, weak on the system): ``start(context,
+    u, lo, hi, reference) -> (xs, cost)`` and ``iterate(context, xs, u, cost, mu, lo, hi, reference)``.
+    The context (initial state, parameters), the inputs, their bounds and the reference are arguments:
+    a repeated solve from a new state or with new bounds reuses the compiled programs; new cost
+    functions, a new horizon or number of intervals compile anew."""
+    key = (h, hashable_key(integrator), substeps, hashable_key(running_cost), hashable_key(final_cost), with_reference)
+
+    def build(ref: Any) -> tuple[Any, Any]:
+        def pieces(context: Context, lo: Array, hi: Array, reference: Any) -> tuple[Any, Any, Any]:
+            F = discrete_dynamics(deref(ref), context, h, integrator, substeps)
+            rc, fc = _costs(running_cost, final_cost, reference if with_reference else None, "ilqr")
+            return _ilqr_functions(F, rc, fc, h, lo, hi)
+
+        @jax.jit
+        def start(context: Context, u: Array, lo: Array, hi: Array, reference: Any) -> tuple[Array, Array]:
+            rollout, total_cost, _ = pieces(context, lo, hi, reference)
+            xs = rollout(context.get_continuous_state_vector(), u)
+            return xs, total_cost(xs, u)
+
+        @jax.jit
+        def iterate(
+            context: Context, xs: Array, u: Array, cost: Array, mu: Array, lo: Array, hi: Array, reference: Any
+        ) -> Any:
+            _, _, it = pieces(context, lo, hi, reference)
+            return it(context.get_continuous_state_vector(), xs, u, cost, mu)
+
+        return start, iterate
+
+    return _ILQR_CACHE.get(system, key, build)
+
+
 def ilqr(
     system: System,
     context: Context,
@@ -365,11 +408,13 @@ def ilqr(
         raise JaxsysError(f"ilqr: u_lower {np.asarray(lo)} is above u_upper {np.asarray(hi)}.")
     u = jnp.clip(u, lo, hi)
 
-    rc, fc = _costs(running_cost, final_cost, reference, "ilqr")
-    rollout, total_cost, iterate_ = _ilqr_functions(F, rc, fc, h, lo, hi)
-    iterate = jax.jit(functools.partial(iterate_, x0))
-    xs = rollout(x0, u)
-    cost = total_cost(xs, u)
+    rc, fc = _costs(running_cost, final_cost, reference, "ilqr")  # (checks the costs' signatures)
+    start, iterate_ctx = _ilqr_program(system, h, integrator, substeps, running_cost, final_cost, reference is not None)
+    xs, cost = start(context, u, lo, hi, reference)
+
+    def iterate(xs: Array, u: Array, cost: Array, mu: Array) -> Any:
+        return iterate_ctx(context, xs, u, cost, mu, lo, hi, reference)
+
     if not bool(jnp.isfinite(cost)):
         raise JaxsysError("ilqr: the cost of the initial inputs is not finite; check u_init and the costs.")
     mu = jnp.asarray(regularization, dtype)
@@ -412,6 +457,7 @@ def ilqr(
         # Hessian-vector products along a constant push, a ramp, random directions, and a few power
         # iterations (the dominant eigendirection), over the inputs not at a bound.
         free = ((u > lo) & (u < hi)).astype(dtype)
+        rollout, total_cost, _ = _ilqr_functions(F, rc, fc, h, lo, hi)
 
         def total(v: Array) -> Array:
             return total_cost(rollout(x0, v), v)
