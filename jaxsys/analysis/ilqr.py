@@ -324,7 +324,8 @@ def _ilqr_program(
     with_reference: bool,
 ) -> tuple[Any, Any]:
     """``ilqr``'s compiled pieces, kept between calls (`SystemCache`, weak on the system): ``start(context,
-    u, lo, hi, reference) -> (xs, cost)`` and ``iterate(context, xs, u, cost, mu, lo, hi, reference)``.
+    u, lo, hi, reference) -> (xs, cost)`` and ``solve(context, xs, u, cost, mu, lo, hi, reference, tolerance,
+    max_iterations=...)``, the iterations in one compiled loop.
     The context (initial state, parameters), the inputs, their bounds and the reference are arguments:
     a repeated solve from a new state or with new bounds reuses the compiled programs; new cost
     functions, a new horizon or number of intervals compile anew."""
@@ -342,14 +343,54 @@ def _ilqr_program(
             xs = rollout(context.get_continuous_state_vector(), u)
             return xs, total_cost(xs, u)
 
-        @jax.jit
-        def iterate(
-            context: Context, xs: Array, u: Array, cost: Array, mu: Array, lo: Array, hi: Array, reference: Any
+        def solve(
+            context: Context,
+            xs: Array,
+            u: Array,
+            cost: Array,
+            mu: Array,
+            lo: Array,
+            hi: Array,
+            reference: Any,
+            tolerance: Array,
+            max_iterations: int,
         ) -> Any:
+            """The iterations with ``ilqr``'s stopping rules, in one compiled loop (no host round trip
+            per iteration). Returns (xs, u, mu, K, kff, history (padded), its length, iterations,
+            converged)."""
             _, _, it = pieces(context, lo, hi, reference)
-            return it(context.get_continuous_state_vector(), xs, u, cost, mu)
+            x0 = context.get_continuous_state_vector()
+            N, m, n = u.shape[0], u.shape[1], x0.shape[0]
+            hist = jnp.full((max_iterations + 1,), jnp.nan, cost.dtype).at[0].set(cost)
+            tiny = jnp.finfo(cost.dtype).tiny
+            zero = jnp.zeros((), jnp.int32)
+            init = (zero, xs, u, cost, mu, jnp.zeros((N, m, n), xs.dtype), jnp.zeros((N, m), xs.dtype))
+            init += (hist, jnp.ones((), jnp.int32), zero, jnp.array(False))
 
-        return start, iterate
+            def cond(c: Any) -> Array:
+                return ~c[10] & (c[0] < max_iterations)
+
+            def body(c: Any) -> Any:
+                k, xs, u, cost, mu, _, _, hist, nh, rejected, _ = c
+                xs, u, new_cost, mu, accept, K, kff, alpha, predicted = it(x0, xs, u, cost, mu)
+                last = hist[nh - 1]
+                scale = jnp.maximum(jnp.abs(last), tiny)
+                # the local model predicts no further decrease: a (box-constrained) stationary point
+                stationary = predicted <= tolerance * scale
+                # (a tiny decrease from a short line-search step only says the local model is poor here)
+                small = accept & ((last - new_cost) / scale < tolerance) & (alpha == 1.0)
+                rejected = jnp.where(accept, 0, rejected + 1)
+                # no step lowers the cost at any regularization: a local minimum to the resolution here
+                stuck = ~accept & ((mu >= 1e12) | (rejected > 20))
+                hist = jnp.where(accept, hist.at[nh].set(new_cost), hist)
+                nh = nh + accept.astype(jnp.int32)
+                cost = jnp.where(accept, new_cost, cost)
+                return k + 1, xs, u, cost, mu, K, kff, hist, nh, rejected, stationary | small | stuck
+
+            k, xs, u, _, mu, K, kff, hist, nh, _, done = jax.lax.while_loop(cond, body, init)
+            return xs, u, mu, K, kff, hist, nh, k, done
+
+        return start, jax.jit(solve, static_argnames=("max_iterations",))
 
     return _ILQR_CACHE.get(system, key, build)
 
@@ -409,45 +450,16 @@ def ilqr(
     u = jnp.clip(u, lo, hi)
 
     rc, fc = _costs(running_cost, final_cost, reference, "ilqr")  # (checks the costs' signatures)
-    start, iterate_ctx = _ilqr_program(system, h, integrator, substeps, running_cost, final_cost, reference is not None)
+    start, solve = _ilqr_program(system, h, integrator, substeps, running_cost, final_cost, reference is not None)
     xs, cost = start(context, u, lo, hi, reference)
-
-    def iterate(xs: Array, u: Array, cost: Array, mu: Array) -> Any:
-        return iterate_ctx(context, xs, u, cost, mu, lo, hi, reference)
-
     if not bool(jnp.isfinite(cost)):
         raise JaxsysError("ilqr: the cost of the initial inputs is not finite; check u_init and the costs.")
     mu = jnp.asarray(regularization, dtype)
-    history = [float(cost)]
-    converged = False
-    K = jnp.zeros((N, m, x0.shape[0]), dtype)
-    kff = jnp.zeros((N, m), dtype)
-    it = 0
-    rejected = 0
-    for it in range(1, max_iterations + 1):  # noqa: B007 (it is reported)
-        xs, u, new_cost, mu, accept, K, kff, alpha, predicted = iterate(xs, u, cost, mu)
-        new_cost = float(new_cost)
-        if float(predicted) <= tolerance * max(abs(history[-1]), 1e-300):
-            # the local model predicts no further decrease: a (box-constrained) stationary point
-            if bool(accept):
-                history.append(new_cost)
-            converged = True
-            break
-        if bool(accept):
-            rejected = 0
-            decrease = (history[-1] - new_cost) / max(abs(history[-1]), 1e-300)
-            history.append(new_cost)
-            cost = jnp.asarray(new_cost, dtype)
-            # (a tiny decrease from a short line-search step only says the local model is poor here)
-            if decrease < tolerance and float(alpha) == 1.0:
-                converged = True
-                break
-        else:
-            rejected += 1
-            if float(mu) >= 1e12 or rejected > 20:
-                # no step lowers the cost at any regularization: a local minimum to the resolution here
-                converged = True
-                break
+    xs, u, mu, K, kff, hist, nh, it, done = solve(
+        context, xs, u, cost, mu, lo, hi, reference, jnp.asarray(tolerance, dtype), max_iterations=int(max_iterations)
+    )
+    history = [float(c) for c in np.asarray(hist)[: int(nh)]]
+    it, converged = int(it), bool(done)
     success = converged and bool(np.isfinite(history[-1]))
     stationary_start = False
     if converged and it == 1 and (len(history) == 1 or history[-1] >= history[0]):
