@@ -1179,6 +1179,73 @@ def stiff_cases():
     return out
 
 
+def brusselator_rows(n=500):
+    """S3c: Hairer-Wanner's 1-D Brusselator, N = 500 grid points (1,000 states, interleaved so the
+    Jacobian has bandwidth (2, 2)), to t = 10, at 1e-4 and 1e-6: jaxsys Radau5 and Radau3 with
+    ``jacobian_bandwidth=(2, 2)`` (and Radau5 dense, at 1e-4), scipy's Radau given ``jac_sparsity``,
+    Diffrax's Kvaerno5 (dense Newton, at 1e-4). Rows as `stiff_cases`."""
+    import numpy as np
+    import scipy.sparse as sparse
+    from scipy.integrate import solve_ivp
+
+    from jaxsys.examples import Brusselator
+
+    system = Brusselator(n)
+    ctx = system.create_default_context()
+    y0 = np.asarray(ctx.get_continuous_state_vector())
+    field = jax.jit(lambda y: system.vector_field(ctx)(0.0, y))
+
+    def rhs(t, y):
+        return np.asarray(field(jnp.asarray(y)))
+
+    m = 2 * n
+    pattern = sparse.diags([np.ones(m - abs(k)) for k in range(-2, 3)], list(range(-2, 3)))
+    ref = solve_ivp(rhs, (0.0, 10.0), y0, method="Radau", rtol=1e-10, atol=1e-10, jac_sparsity=pattern).y[:, -1]
+    rows = []
+    for tol in (1e-4, 1e-6):
+        variants = [
+            ("jaxsys Radau5, banded", js.Radau5Integrator, (2, 2)),
+            ("jaxsys Radau3, banded", js.RadauIntegrator, (2, 2)),
+        ]
+        if tol == 1e-4:
+            variants.append(("jaxsys Radau5, dense", js.Radau5Integrator, None))
+        for label, cls, bw in variants:
+            integ = cls(max_step_size=1.0, target_accuracy=tol, jacobian_bandwidth=bw)
+            run = jax.jit(lambda c, integ=integ: js.simulate(system, c, 10.0, integ))
+            comp, t_run = timeit(lambda c, run=run: run(c).context.get_continuous_state_vector(), ctx, repeats=3)
+            res = run(ctx)
+            err = float(np.max(np.abs(np.asarray(res.context.get_continuous_state_vector()) - ref)))
+            rows.append((label, tol, int(res.stats.num_steps_taken), err, comp, t_run))
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            sol = solve_ivp(rhs, (0.0, 10.0), y0, method="Radau", rtol=tol, atol=tol, jac_sparsity=pattern)
+            times.append(time.perf_counter() - t0)
+        err_s = float(np.max(np.abs(sol.y[:, -1] - ref)))
+        rows.append(("scipy solve_ivp Radau, jac_sparsity", tol, int(sol.t.size - 1), err_s, 0.0, min(times)))
+        if diffrax is not None and tol == 1e-4:
+
+            @jax.jit
+            def dfx(y, tol=tol):
+                sol = diffrax.diffeqsolve(
+                    diffrax.ODETerm(lambda t, y, a: field(y)),
+                    diffrax.Kvaerno5(),
+                    0.0,
+                    10.0,
+                    None,
+                    y,
+                    stepsize_controller=diffrax.PIDController(rtol=tol, atol=tol),
+                    max_steps=100_000,
+                )
+                return sol.ys[-1], sol.stats["num_accepted_steps"]
+
+            comp_d, t_d = timeit(lambda y: dfx(y)[0], jnp.asarray(y0), repeats=3)
+            yd, nd = dfx(jnp.asarray(y0))
+            err_d = float(np.max(np.abs(np.asarray(yd) - ref)))
+            rows.append(("diffrax Kvaerno5 (dense)", tol, int(nd), err_d, comp_d, t_d))
+    return f"S3c Brusselator N={n} (1,000 states), [0, 10]", rows
+
+
 def _radau5_sweep(system, tf, h_max, ref):
     """jaxsys Radau5's (accuracy, final error, run s) from 1e-2 to 1e-11, each run inside ``jax.jit`` as
     the peers' are (one compilation per accuracy)."""
@@ -1306,6 +1373,7 @@ def main() -> None:
             print(line, flush=True)
     if args.write and not args.only:
         write_block("table: written by benchmarks/suite.py --write", lines)
+    stiff = None
     if not args.only or "S3b" in args.only.split(","):
         stiff = [
             lines[0],
@@ -1348,8 +1416,26 @@ def main() -> None:
                 equal_lines.append(f"| {title} | {name} | {cells} |")
         print("\n".join(equal_lines), flush=True)
         stiff += equal_lines
-        if args.write:
-            write_block("stiff table: written by benchmarks/suite.py --write", stiff)
+    if not args.only or "S3c" in args.only.split(","):
+        title, rows = brusselator_rows()
+        big = [
+            "",
+            "Large stiff system (issue #40 item 2): the Jacobian kept in band form (jacobian_bandwidth) against",
+            "scipy's Radau given the sparsity, jaxsys's own dense Newton and Diffrax's Kvaerno5 (dense).",
+            "",
+            "| case | implementation | tolerance | steps | final error | compile s | run s (median) "
+            "| ratio vs Radau5 banded |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        base = {tol: run for name, tol, _, _, _, run in rows if name == "jaxsys Radau5, banded"}
+        for name, tol, steps, err, comp, run in rows:
+            cells = f"{tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms | {run / base[tol]:.2f}"
+            big.append(f"| {title} | {name} | {cells} |")
+        print("\n".join(big), flush=True)
+        if stiff is not None:
+            stiff += big
+    if args.write and stiff is not None:
+        write_block("stiff table: written by benchmarks/suite.py --write", stiff)
 
 
 if __name__ == "__main__":

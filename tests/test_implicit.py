@@ -490,3 +490,96 @@ def test_radau5_float32_van_der_pol():
     ctx = v.create_default_context(jnp.float32).with_continuous_state(jnp.array([2.0, 0.0], jnp.float32))
     with pytest.raises(Exception, match="float32"):
         js.simulate(v, ctx, 1000.0, js.Radau5Integrator(max_step_size=50.0, target_accuracy=1e-4))
+
+
+# ----- banded Jacobians for large stiff systems (issue #40 item 2) ----------------------------------
+def _random_banded(rng, n, kl, ku, complex_=False, zero_diagonal=False):
+    A = np.zeros((n, n), complex if complex_ else float)
+    for i in range(n):
+        for j in range(max(0, i - kl), min(n, i + ku + 1)):
+            A[i, j] = rng.normal() + (1j * rng.normal() if complex_ else 0.0)
+    if zero_diagonal:
+        A[np.arange(n), np.arange(n)] = 0.0  # pivoting is needed at every step
+    return A
+
+
+@pytest.mark.parametrize("n, kl, ku", [(9, 2, 2), (12, 1, 3), (7, 0, 2), (8, 3, 0), (3, 4, 4)])
+@pytest.mark.parametrize("complex_", [False, True])
+def test_banded_lu_solves_as_dense_lu(n, kl, ku, complex_):
+    from jaxsys.analysis.integrators.linalg import BandedAlgebra
+
+    rng = np.random.default_rng(n + kl)
+    A = _random_banded(rng, n, kl, ku, complex_, zero_diagonal=kl > 0 and ku > 0)
+    b = rng.normal(size=n)
+    alg = BandedAlgebra(kl, ku)
+    band = np.array([[A[i, i - kl + c] if 0 <= i - kl + c < n else 0 for c in range(kl + ku + 1)] for i in range(n)])
+    lu, piv = alg.lu_factor(jnp.asarray(band))
+    x = np.asarray(alg.lu_solve(lu, piv, jnp.asarray(b)))
+    np.testing.assert_allclose(A @ x, b, atol=1e-10 * np.abs(A).sum(axis=1).max() * np.abs(x).max())
+    np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=1e-8, atol=1e-10)
+    # the identity and the Jacobian in band form
+    np.testing.assert_allclose(np.asarray(alg.eye(n, jnp.float64))[:, kl], 1.0)
+    M = jnp.asarray(A.real)
+    J = alg.jacobian(lambda v: M @ v + 0.1 * v**2, jnp.asarray(b))
+    dense = A.real + np.diag(0.2 * b)
+    want = np.array(
+        [[dense[i, i - kl + c] if 0 <= i - kl + c < n else 0 for c in range(kl + ku + 1)] for i in range(n)]
+    )
+    np.testing.assert_allclose(np.asarray(J), want, atol=1e-14)
+
+
+BANDED = [js.ImplicitEulerIntegrator, js.RadauIntegrator, js.Radau5Integrator]
+
+
+@pytest.mark.parametrize("cls", BANDED)
+def test_banded_newton_equals_dense_on_the_brusselator(cls):
+    # the same steps, iterations and result (to rounding) with the Jacobian kept in band form
+    b = js.examples.Brusselator(10)
+    ctx = b.create_default_context()
+    out = []
+    for bw in (None, b.bandwidth()):
+        r = js.simulate(b, ctx, 2.0, cls(max_step_size=0.5, target_accuracy=1e-6, jacobian_bandwidth=bw))
+        assert int(r.status) == 0
+        st = r.stats.as_dict()
+        out.append(
+            (
+                np.asarray(r.context.get_continuous_state_vector()),
+                st["num_steps_taken"],
+                st["num_newton_raphson_iterations"],
+            )
+        )
+    (xd, nd, itd), (xb, nb, itb) = out
+    assert (nd, itd) == (nb, itb)
+    np.testing.assert_allclose(xb, xd, rtol=1e-11, atol=1e-12)
+
+
+def test_banded_brusselator_float32_gradient_and_vmap():
+    b = js.examples.Brusselator(6)
+    integ = js.Radau5Integrator(max_step_size=0.5, target_accuracy=1e-6, jacobian_bandwidth=(2, 2))
+    ctx = b.create_default_context()
+    ref = np.asarray(js.simulate(b, ctx, 2.0, integ).context.get_continuous_state_vector())
+    # float32: an accuracy float32 can deliver, within 1e-4 of the float64 run
+    ctx32 = b.create_default_context(jnp.float32)
+    r32 = js.simulate(b, ctx32, 2.0, integ.with_options(target_accuracy=1e-4))
+    assert int(r32.status) == 0
+    np.testing.assert_allclose(np.asarray(r32.context.get_continuous_state_vector()), ref, atol=1e-4)
+
+    def final(alpha):
+        c = ctx.with_numeric_parameter(0, jnp.stack([alpha]))
+        return js.simulate(b, c, 2.0, integ).context.get_continuous_state_vector()[4]
+
+    # d u_3(2) / d alpha: reverse mode (implicit function theorem) against central differences
+    g = float(jax.grad(final)(jnp.asarray(0.02)))
+    eps = 1e-5
+    fd = float(final(jnp.asarray(0.02 + eps)) - final(jnp.asarray(0.02 - eps))) / (2 * eps)
+    np.testing.assert_allclose(g, fd, rtol=1e-3)
+    alphas = jnp.array([0.01, 0.02, 0.04])
+    batched = np.asarray(jax.vmap(final)(alphas))
+    np.testing.assert_allclose(batched, [float(final(a)) for a in alphas], rtol=1e-9)
+
+
+def test_jacobian_bandwidth_is_checked():
+    with pytest.raises(JaxsysError, match=r"Radau5Integrator: jacobian_bandwidth must be a tuple \(kl, ku\)"):
+        js.Radau5Integrator(jacobian_bandwidth=2)
+    with pytest.raises(JaxsysError, match="jacobian_bandwidth"):
+        js.RadauIntegrator(jacobian_bandwidth=(1, -1))

@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 
 from ...framework.errors import JaxsysError
 from .base import Array, IntegratorBase, VectorField
+from .linalg import DENSE, BandedAlgebra, DenseAlgebra
 from .newton import (
     KAPPA,
     N_STATS,
@@ -46,15 +46,32 @@ class _ImplicitBase(IntegratorBase):
     - `max_newton_raphson_iterations`: Newton iterations per trial (Drake's 10).
     - `reuse`: reuse the Jacobian and the factored iteration matrices across iterations and steps
       (``set_reuse``; Drake's default True). False: a fresh Jacobian and factorization every step.
+    - `jacobian_bandwidth`: ``(kl, ku)``, the numbers of sub- and super-diagonals of the Jacobian of the
+      vector field, for large systems whose Jacobian is banded (discretized PDEs; order the state so
+      that coupled variables are near each other). The Jacobian is then evaluated with ``kl + ku + 1``
+      directional derivatives and kept, factored and solved in band form: memory and work linear in
+      the state size instead of quadratic and cubic (see `jaxsys.analysis.integrators.linalg`; not in
+      Drake, whose implicit integrators are dense; scipy's ``jac_sparsity``, Hairer's ``MLJAC/MUJAC``).
+      None (default): dense. A bandwidth narrower than the Jacobian's makes Newton slow or fail
+      (smaller steps), never a wrong accepted step.
     """
 
     max_newton_raphson_iterations: int = eqx.field(static=True, default=10)
     reuse: bool = eqx.field(static=True, default=True)
+    jacobian_bandwidth: tuple[int, int] | None = eqx.field(static=True, default=None)
 
     initial_step_fraction: ClassVar[float] = 1.0  # Drake: the first step is the maximum step
     stage_count: ClassVar[int] = 1  # implicit stages (the Newton unknowns are stage_count * n)
 
     def __check_init__(self) -> None:
+        bw = self.jacobian_bandwidth
+        if bw is not None and not (
+            isinstance(bw, tuple) and len(bw) == 2 and all(isinstance(b, int) and b >= 0 for b in bw)
+        ):
+            raise JaxsysError(
+                f"{type(self).__name__}: jacobian_bandwidth must be a tuple (kl, ku) of two integers >= 0 (the "
+                f"numbers of sub- and super-diagonals of the Jacobian); got {bw!r}."
+            )
         if self.max_newton_raphson_iterations < 1:
             raise JaxsysError(
                 f"{type(self).__name__}: max_newton_raphson_iterations must be >= 1; got "
@@ -63,6 +80,14 @@ class _ImplicitBase(IntegratorBase):
 
     def can_fail(self) -> bool:
         return True
+
+    def algebra(self) -> Any:
+        """The linear algebra of the Newton iteration: `linalg.DENSE`, or a `linalg.BandedAlgebra` with
+        ``jacobian_bandwidth``."""
+        if self.jacobian_bandwidth is None:
+            return DENSE
+        kl, ku = self.jacobian_bandwidth
+        return BandedAlgebra(int(kl), int(ku))
 
     def uses_newton_cache(self) -> bool:
         return True
@@ -73,7 +98,8 @@ class _ImplicitBase(IntegratorBase):
 
     def init_newton_cache(self, x: Array) -> NewtonCache:
         """An empty cache for states like ``x`` (the first step computes the Jacobian)."""
-        return empty_cache(x.shape[0], self.iteration_matrices(x.shape[0]), x.dtype)
+        n = x.shape[0]
+        return empty_cache(n, self.iteration_matrices(n), x.dtype, self.algebra().empty_jacobian(n, x.dtype))
 
     def newton_tolerance(self, dtype: Any) -> float:
         """The convergence threshold on the estimated Newton error (scaled norm, see `newton`).
@@ -149,6 +175,11 @@ class _ImplicitBase(IntegratorBase):
         )
 
 
+def _complex(dtype: Any) -> Any:
+    """The complex dtype of a real one's precision."""
+    return (jnp.zeros((), dtype) * 1j).dtype
+
+
 def _stats(main: Array, estimator: Array | None = None, estimator_evals: Array | int = 0) -> Array:
     """A counts vector (`STAT_FIELDS`) from [iterations, Jacobians, factorizations] of
     all solves and of the error estimator's solves."""
@@ -162,14 +193,14 @@ def _stats(main: Array, estimator: Array | None = None, estimator_evals: Array |
     return out
 
 
-def _ie_matrix(jac: Array, h: Array) -> Array:
+def _ie_matrix(jac: Array, h: Array, eye: Array) -> Array:
     """I - h J: implicit Euler's iteration matrix."""
-    return jnp.eye(jac.shape[0], dtype=jac.dtype) - h * jac
+    return eye - h * jac
 
 
-def _half_matrix(jac: Array, h: Array) -> Array:
+def _half_matrix(jac: Array, h: Array, eye: Array) -> Array:
     """I - (h/2) J: the implicit trapezoid's iteration matrix, and implicit Euler's at half the step."""
-    return jnp.eye(jac.shape[0], dtype=jac.dtype) - 0.5 * h * jac
+    return eye - 0.5 * h * jac
 
 
 class ImplicitEulerIntegrator(_ImplicitBase):
@@ -205,7 +236,8 @@ class ImplicitEulerIntegrator(_ImplicitBase):
     loosest_accuracy: ClassVar[float] = 5e-1
 
     def iteration_matrices(self, n: int) -> tuple[IterationMatrix, ...]:
-        return (dense_matrix(n, _ie_matrix), dense_matrix(n, _half_matrix))  # I - h J, I - (h/2) J
+        a = self.algebra()
+        return (dense_matrix(n, _ie_matrix, a), dense_matrix(n, _half_matrix, a))  # I - h J, I - (h/2) J
 
     def _step(
         self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache, scale: Array
@@ -213,7 +245,7 @@ class ImplicitEulerIntegrator(_ImplicitBase):
         t1 = t + h
 
         def jac() -> Array:
-            return jax.jacfwd(lambda xx: f(t, xx))(x)
+            return self.algebra().jacobian(lambda xx: f(t, xx), x)
 
         def residual(x1: Array) -> Array:
             return x1 - x - h * f(t1, x1)
@@ -280,24 +312,26 @@ _RADAU_TINV = np.linalg.inv(_RADAU_T)
 del _w, _V, _v
 
 
-def _radau_matrix(n: int) -> IterationMatrix:
+def _radau_matrix(n: int, algebra: Any = DENSE) -> IterationMatrix:
     """The stage equations' Newton matrix I - h (A kron J), factored as Hairer's RADAU5 does: with A^-1
     = T diag(lambda, conj lambda) T^-1 it is block-diagonal in T's basis, so one complex n x n matrix
     lambda / h I - J is factored and solved (half the work of the real 2n x 2n LU, and well-conditioned
     where that one is not: a 1e20 stiffness gives the 2n x 2n matrix a condition number above 1/eps)."""
 
-    def factor(jac: Array, h: Array) -> tuple[Array, Array]:
+    def factor(jac: Array, h: Array) -> tuple[Any, Any]:
         cj = jac.astype((jnp.zeros((), jac.dtype) * 1j).dtype)
-        return jsl.lu_factor((_RADAU_LAMBDA / h) * jnp.eye(n, dtype=cj.dtype) - cj)
+        return algebra.lu_factor((_RADAU_LAMBDA / h) * algebra.eye(n, cj.dtype) - cj)
 
     def solve(fac: Factorization, r: Array) -> Array:
         # M dZ = r  <=>  (A^-1/h kron I - I kron J) dZ = (A^-1 kron I) r / h; in T's basis the first
         # block is (lambda/h I - J) dW1 = (T^-1 A^-1 kron I)[0] r / h and dW2 = conj(dW1)
-        g = jnp.asarray(_RADAU_TINV[0] @ _RADAU_AINV, fac.lu.dtype) @ r.reshape(2, n).astype(fac.lu.dtype)
-        dw = jsl.lu_solve((fac.lu, fac.piv), g / fac.h)
+        cdtype = (jnp.zeros((), r.dtype) * 1j).dtype
+        g = jnp.asarray(_RADAU_TINV[0] @ _RADAU_AINV, cdtype) @ r.reshape(2, n).astype(cdtype)
+        dw = algebra.lu_solve(fac.lu, fac.piv, g / fac.h)
         return jnp.stack([2.0 * jnp.real(_RADAU_T[i, 0] * dw) for i in range(2)]).reshape(-1).astype(r.dtype)
 
-    return IterationMatrix(n, True, factor, solve)
+    empty = None if isinstance(algebra, DenseAlgebra) else (lambda dtype: algebra.empty_lu(n, _complex(dtype)))
+    return IterationMatrix(n, True, factor, solve, empty)
 
 
 class RadauIntegrator(_ImplicitBase):
@@ -322,7 +356,8 @@ class RadauIntegrator(_ImplicitBase):
 
     def iteration_matrices(self, n: int) -> tuple[IterationMatrix, ...]:
         # the stage equations' (in A's eigenbasis, complex n x n); the estimator's I - (h/2) J
-        return (_radau_matrix(n), dense_matrix(n, _half_matrix))
+        a = self.algebra()
+        return (_radau_matrix(n, a), dense_matrix(n, _half_matrix, a))
 
     def _step(
         self, f: VectorField, t: Array, x: Array, h: Array, cache: NewtonCache, scale: Array
@@ -331,7 +366,7 @@ class RadauIntegrator(_ImplicitBase):
         A = jnp.asarray(_RADAU_A, x.dtype)
 
         def jac() -> Array:
-            return jax.jacfwd(lambda xx: f(t, xx))(x)
+            return self.algebra().jacobian(lambda xx: f(t, xx), x)
 
         def residual(Z: Array) -> Array:
             z = Z.reshape(2, n)
@@ -392,41 +427,41 @@ _RADAU5_G_REAL = (_RADAU5_TINV[0] @ _RADAU5_AINV).real
 _RADAU5_G_COMPLEX = _RADAU5_TINV[1] @ _RADAU5_AINV
 
 
-def _radau5_matrix(n: int) -> IterationMatrix:
+def _radau5_matrix(n: int, algebra: Any = DENSE) -> IterationMatrix:
     """The three-stage Newton matrix I - h (A kron J), factored as RADAU5 does: in the eigenbasis of
     A^-1 it splits into one real n x n matrix gamma/h I - J and one complex n x n matrix lambda/h I - J
     (the third block is the conjugate of the second). Both LUs travel as one `Factorization` (tuples);
-    the real one also filters the error estimate."""
+    the real one also filters the error estimate. Dense or banded (``algebra``)."""
 
     def empty(dtype: Any) -> tuple[Any, Any]:
-        cdtype = (jnp.zeros((), dtype) * 1j).dtype
-        lus = (jnp.zeros((n, n), dtype), jnp.zeros((n, n), cdtype))
-        return lus, (jnp.zeros((n,), jnp.int32), jnp.zeros((n,), jnp.int32))
+        (lu_r, piv_r), (lu_c, piv_c) = algebra.empty_lu(n, dtype), algebra.empty_lu(n, _complex(dtype))
+        return (lu_r, lu_c), (piv_r, piv_c)
 
     def factor(jac: Array, h: Array) -> tuple[Any, Any]:
-        eye = jnp.eye(n, dtype=jac.dtype)
-        lu_r, piv_r = jsl.lu_factor((_RADAU5_GAMMA / h) * eye - jac)
-        cj = jac.astype((jnp.zeros((), jac.dtype) * 1j).dtype)
-        lu_c, piv_c = jsl.lu_factor((_RADAU5_LAMBDA / h) * eye.astype(cj.dtype) - cj)
+        eye = algebra.eye(n, jac.dtype)
+        lu_r, piv_r = algebra.lu_factor((_RADAU5_GAMMA / h) * eye - jac)
+        cj = jac.astype(_complex(jac.dtype))
+        lu_c, piv_c = algebra.lu_factor((_RADAU5_LAMBDA / h) * eye.astype(cj.dtype) - cj)
         return (lu_r, lu_c), (piv_r, piv_c)
 
     def solve(fac: Factorization, r: Array) -> Array:
         R = r.reshape(3, n)
         (lu_r, lu_c), (piv_r, piv_c) = fac.lu, fac.piv
+        cdtype = _complex(r.dtype)
         g0 = jnp.asarray(_RADAU5_G_REAL, r.dtype) @ R / fac.h
-        g1 = jnp.asarray(_RADAU5_G_COMPLEX, lu_c.dtype) @ R.astype(lu_c.dtype) / fac.h
-        w0 = jsl.lu_solve((lu_r, piv_r), g0)
-        w1 = jsl.lu_solve((lu_c, piv_c), g1)
+        g1 = jnp.asarray(_RADAU5_G_COMPLEX, cdtype) @ R.astype(cdtype) / fac.h
+        w0 = algebra.lu_solve(lu_r, piv_r, g0)
+        w1 = algebra.lu_solve(lu_c, piv_c, g1)
         rows = [_RADAU5_T[i, 0].real * w0 + 2.0 * jnp.real(_RADAU5_T[i, 1] * w1) for i in range(3)]
         return jnp.stack(rows).reshape(-1).astype(r.dtype)
 
     return IterationMatrix(n, True, factor, solve, empty)
 
 
-def radau5_error_filter(fac: Factorization, v: Array) -> Array:
+def radau5_error_filter(fac: Factorization, v: Array, algebra: Any = DENSE) -> Array:
     """(gamma/h I - J)^-1 v with the real block of a three-stage Radau factorization."""
     (lu_r, _), (piv_r, _) = fac.lu, fac.piv
-    return jsl.lu_solve((lu_r, piv_r), v)
+    return algebra.lu_solve(lu_r, piv_r, v).astype(v.dtype)
 
 
 class Radau5Integrator(_ImplicitBase):
@@ -461,7 +496,7 @@ class Radau5Integrator(_ImplicitBase):
     stage_count: ClassVar[int] = 3
 
     def iteration_matrices(self, n: int) -> tuple[IterationMatrix, ...]:
-        return (_radau5_matrix(n),)
+        return (_radau5_matrix(n, self.algebra()),)
 
     def init_newton_cache(self, x: Array) -> NewtonCache:
         """An empty cache, with room for the last attempt (its start, end, stages and step, and whether
@@ -506,7 +541,7 @@ class Radau5Integrator(_ImplicitBase):
         A = jnp.asarray(_RADAU5_A, x.dtype)
 
         def jac() -> Array:
-            return jax.jacfwd(lambda xx: f(t, xx))(x)
+            return self.algebra().jacobian(lambda xx: f(t, xx), x)
 
         def residual(Z: Array) -> Array:
             z = Z.reshape(3, n)
@@ -528,11 +563,11 @@ class Radau5Integrator(_ImplicitBase):
         f0 = sg(f(t, x))
         # (the factorization may be for a step within 20% of h: the filter is that approximate, as the
         # simplified Newton matrix is)
-        err = radau5_error_filter(fac, f0 + f2)
+        err = radau5_error_filter(fac, f0 + f2, self.algebra())
         acc = self.get_accuracy_in_use()
 
         def refine() -> Array:
-            return radau5_error_filter(fac, sg(f(t, x + err)) + f2)
+            return radau5_error_filter(fac, sg(f(t, x + err)) + f2, self.algebra())
 
         refined = jnp.max(jnp.abs(err)) > acc
         err = jax.lax.cond(refined, refine, lambda: err)

@@ -18,7 +18,7 @@
   fail on a stiff system whatever the step: its residual holds ``h f(x)``, whose rounding error is
   ``h |J| |x| eps`` (a stiffness of 1e20 makes that 1e4 for h = 1e-3).
 
-Imports: nothing from jaxsys.
+Imports: `linalg` only.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+
+from .linalg import DenseAlgebra
 
 
 Array = jax.Array
@@ -76,16 +78,26 @@ class IterationMatrix(NamedTuple):
     empty: Callable[[Any], tuple[Any, Any]] | None = None
 
 
-def dense_matrix(n: int, make: Callable[[Array, Array], Array]) -> IterationMatrix:
-    """A real n x n iteration matrix ``make(J, h)``, LU-factored."""
+def dense_matrix(n: int, make: Callable[[Array, Array, Array], Array], algebra: Any = None) -> IterationMatrix:
+    """A real n x n iteration matrix ``make(J, h, I)`` (I the identity in ``algebra``'s representation),
+    LU-factored: dense by default, banded with a `linalg.BandedAlgebra`."""
+    if algebra is None or isinstance(algebra, DenseAlgebra):
 
-    def factor(jac: Array, h: Array) -> tuple[Array, Array]:
-        return jsl.lu_factor(make(jac, h))
+        def factor(jac: Array, h: Array) -> tuple[Array, Array]:
+            return jsl.lu_factor(make(jac, h, jnp.eye(n, dtype=jac.dtype)))
 
-    def solve(fac: Factorization, r: Array) -> Array:
-        return jsl.lu_solve((fac.lu, fac.piv), r)
+        def solve(fac: Factorization, r: Array) -> Array:
+            return jsl.lu_solve((fac.lu, fac.piv), r)
 
-    return IterationMatrix(n, False, factor, solve)
+        return IterationMatrix(n, False, factor, solve)
+
+    def factor_banded(jac: Array, h: Array) -> tuple[Any, Any]:
+        return algebra.lu_factor(make(jac, h, algebra.eye(n, jac.dtype)))
+
+    def solve_banded(fac: Factorization, r: Array) -> Array:
+        return algebra.lu_solve(fac.lu, fac.piv, r).astype(r.dtype)
+
+    return IterationMatrix(n, False, factor_banded, solve_banded, lambda dtype: algebra.empty_lu(n, dtype))
 
 
 class NewtonCache(NamedTuple):
@@ -104,8 +116,9 @@ class NewtonCache(NamedTuple):
     extra: Any = ()
 
 
-def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any) -> NewtonCache:
-    """A cache with no Jacobian yet, with room for the method's iteration matrices."""
+def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any, jac: Array | None = None) -> NewtonCache:
+    """A cache with no Jacobian yet, with room for the method's iteration matrices (``jac``: a placeholder
+    Jacobian in the method's representation; default a dense n x n one)."""
     cdtype = (jnp.zeros((), dtype) * 1j).dtype
     factors = tuple(
         Factorization(
@@ -118,7 +131,8 @@ def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any) -> Ne
         )
         for m in matrices
     )
-    return NewtonCache(jnp.zeros((n, n), dtype), jnp.array(False), jnp.array(False), factors)
+    jac = jnp.zeros((n, n), dtype) if jac is None else jac
+    return NewtonCache(jac, jnp.array(False), jnp.array(False), factors)
 
 
 def start_step(cache: NewtonCache) -> NewtonCache:

@@ -1,0 +1,167 @@
+"""The implicit integrators' linear algebra: dense, or banded for large systems whose Jacobian is banded.
+
+An implicit step factors matrices ``alpha I - beta J`` (J the Jacobian of the vector field) and solves
+with them. `DENSE` keeps J as an n x n matrix (``jax.jacfwd``, LAPACK's LU with partial pivoting).
+`BandedAlgebra` (``jacobian_bandwidth=(kl, ku)`` on an implicit integrator) keeps J in *row-band* form,
+``R[i, c] = J[i, i - kl + c]`` (n x (kl + ku + 1)): the Jacobian costs kl + ku + 1 forward-mode
+directional derivatives (columns that share no row are evaluated together: Curtis-Powell-Reid
+coloring), its LU with partial pivoting O(n kl (kl + ku)) operations and memory O(n (kl + ku)), a
+solve O(n (kl + ku)) (LAPACK's ``gbtrf`` / ``gbtrs`` algorithm, written as scans: one row of the band
+at a time). This is what makes a 1,000-state stiff system (a discretized PDE) affordable: a dense
+1,000 x 1,000 LU is ~12 ms on a CPU core, the banded one with kl = ku = 2 ~0.6 ms, and a solve 0.9 ms
+against 0.03 ms.
+
+A wrong bandwidth (J has entries outside it) gives a wrong Jacobian (entries outside the band are
+added to ones inside it): Newton then converges slowly or fails, and the step is retried smaller; the
+result stays what error control accepts, but the run is slow. Declare the bandwidth of the state
+ordering you use (interleave the variables of one grid point: u1, v1, u2, v2, ...).
+
+Imports: nothing from jaxsys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseAlgebra:
+    """Dense Jacobians and LU factorizations (the default)."""
+
+    def eye(self, n: int, dtype: Any) -> Array:
+        """The identity in this representation."""
+        return jnp.eye(n, dtype=dtype)
+
+    def jacobian(self, fn: Callable[[Array], Array], x: Array) -> Array:
+        """d fn / dx at x (forward mode)."""
+        return jax.jacfwd(fn)(x)
+
+    def empty_jacobian(self, n: int, dtype: Any) -> Array:
+        """A placeholder Jacobian (for the loop's carry)."""
+        return jnp.zeros((n, n), dtype)
+
+    def lu_factor(self, m: Array) -> tuple[Any, Any]:
+        """LU with partial pivoting: (lu, piv)."""
+        return jsl.lu_factor(m)
+
+    def lu_solve(self, lu: Any, piv: Any, b: Array) -> Array:
+        """M^-1 b from ``lu_factor``'s output."""
+        return jsl.lu_solve((lu, piv), b)
+
+    def empty_lu(self, n: int, dtype: Any) -> tuple[Any, Any]:
+        """Placeholders shaped as ``lu_factor``'s output."""
+        return jnp.zeros((n, n), dtype), jnp.zeros((n,), jnp.int32)
+
+
+DENSE = DenseAlgebra()
+
+
+@dataclasses.dataclass(frozen=True)
+class BandedAlgebra:
+    """Banded Jacobians with ``kl`` sub- and ``ku`` super-diagonals, in row-band form (see the module
+    docstring)."""
+
+    kl: int
+    ku: int
+
+    @property
+    def width(self) -> int:
+        return self.kl + self.ku + 1
+
+    def eye(self, n: int, dtype: Any) -> Array:
+        return jnp.zeros((n, self.width), dtype).at[:, self.kl].set(1)
+
+    def jacobian(self, fn: Callable[[Array], Array], x: Array) -> Array:
+        n, w, kl = x.shape[0], self.width, self.kl
+        colors = jnp.arange(n) % w
+        seeds = (colors[None, :] == jnp.arange(w)[:, None]).astype(x.dtype)  # (w, n)
+        compressed = jax.vmap(lambda s: jax.jvp(fn, (x,), (s,))[1])(seeds)  # [c, i]: sum over columns of color c
+        i = jnp.arange(n)[:, None]
+        j = i - kl + jnp.arange(w)[None, :]
+        band = compressed[j % w, i]
+        return jnp.where((j >= 0) & (j < n), band, 0)
+
+    def empty_jacobian(self, n: int, dtype: Any) -> Array:
+        return jnp.zeros((n, self.width), dtype)
+
+    def lu_factor(self, m: Array) -> tuple[Any, Any]:
+        (u, lower), piv = band_lu_factor(m, self.kl, self.ku)
+        return (u, lower), piv
+
+    def lu_solve(self, lu: Any, piv: Any, b: Array) -> Array:
+        u, lower = lu
+        return band_lu_solve(u, lower, piv, b, self.kl, self.ku)
+
+    def empty_lu(self, n: int, dtype: Any) -> tuple[Any, Any]:
+        return (jnp.zeros((n, self.width), dtype), jnp.zeros((n, self.kl), dtype)), jnp.zeros((n,), jnp.int32)
+
+
+def band_lu_factor(band: Array, kl: int, ku: int) -> tuple[tuple[Array, Array], Array]:
+    """LU with partial pivoting of the n x n matrix whose row-band form is ``band`` (n x (kl + ku + 1)).
+
+    Returns ``((U, L), piv)``: ``U[j, c] = U[j, j + c]`` (upper bandwidth kl + ku: pivoting fills in),
+    ``L[j, r]`` the multiplier of row ``j + 1 + r`` at step j, and ``piv[j]`` the offset (0..kl) of the
+    row exchanged with row j at step j. The elimination works on a window of the rows j..j + kl and
+    columns j..j + kl + ku, which hold every entry step j touches; a zero pivot (a singular matrix)
+    is replaced by the smallest normal number, so the solve returns non-finite values rather than
+    failing inside the loop (Newton then reports divergence)."""
+    n = band.shape[0]
+    w = kl + ku + 1
+    padded = jnp.concatenate([band, jnp.zeros((kl + 1, w), band.dtype)])
+
+    def placed(row: Array, r: Any, j: Any) -> Array:
+        # row r (row-band form) in the window whose first column is j
+        c = jnp.arange(w) + j - (r - kl)
+        return jnp.where((c >= 0) & (c < w), row[jnp.clip(c, 0, w - 1)], 0)
+
+    window = jnp.stack([placed(padded[r], r, 0) for r in range(kl + 1)])
+    tiny = jnp.finfo(jnp.abs(band).dtype).tiny
+
+    def step(win: Array, j: Array) -> tuple[Array, Any]:
+        p = jnp.argmax(jnp.abs(win[:, 0]))
+        top, chosen = win[0], win[p]
+        win = win.at[p].set(top).at[0].set(chosen)
+        pivot = jnp.where(win[0, 0] == 0, tiny, win[0, 0])
+        mult = win[1:, 0] / pivot
+        win = win.at[1:].add(-mult[:, None] * win[0][None, :])
+        r = j + kl + 1
+        new = jnp.where(r < n, placed(jax.lax.dynamic_index_in_dim(padded, r, keepdims=False), r, j + 1), 0)
+        following = jnp.concatenate([win[1:, 1:], jnp.zeros((kl, 1), win.dtype)], axis=1)
+        return jnp.concatenate([following, new[None]]), (win[0].at[0].set(pivot), mult, p.astype(jnp.int32))
+
+    _, (u, lower, piv) = jax.lax.scan(step, window, jnp.arange(n))
+    return (u, lower), piv
+
+
+def band_lu_solve(u: Array, lower: Array, piv: Array, b: Array, kl: int, ku: int) -> Array:
+    """M^-1 b from `band_lu_factor`'s output (b of the factors' dtype or real)."""
+    n = b.shape[0]
+    w = kl + ku + 1
+    y = jnp.concatenate([b.astype(u.dtype), jnp.zeros((w,), u.dtype)])
+
+    def forward(y: Array, j: Array) -> tuple[Array, None]:
+        win = jax.lax.dynamic_slice(y, (j,), (kl + 1,))
+        p = piv[j]
+        a, c = win[0], win[p]
+        win = win.at[p].set(a).at[0].set(c)
+        win = win.at[1:].add(-lower[j] * win[0])
+        return jax.lax.dynamic_update_slice(y, win, (j,)), None
+
+    y, _ = jax.lax.scan(forward, y, jnp.arange(n))
+
+    def backward(x: Array, j: Array) -> tuple[Array, None]:
+        win = jax.lax.dynamic_slice(x, (j,), (w,))
+        xj = (y[j] - jnp.dot(u[j, 1:], win[1:])) / u[j, 0]
+        return x.at[j].set(xj), None
+
+    x, _ = jax.lax.scan(backward, jnp.zeros((n + w,), u.dtype), jnp.arange(n)[::-1])
+    return x[:n]
