@@ -164,3 +164,37 @@ def test_levenberg_marquardt_in_float32():
     assert res.converged
     assert abs(res.params["k"] - 10.0) < 0.05 and abs(res.params["c"] - 0.5) < 0.02  # noise 0.01
     assert np.isfinite(res.standard_errors["k"]) and 0 < res.standard_errors["k"] < 0.05
+
+
+@pytest.mark.parametrize("noise, warns", [(1e-6, True), (1e-2, False)])
+def test_float32_fit_at_tiny_noise_says_it_is_quantized(noise, warns):
+    # Before: at sigma = 1e-6 a float32 Levenberg-Marquardt fit returned standard errors at float32's own
+    # resolution of k (the estimate quantized there) without a word. Now a PrecisionWarning names float32
+    # and jax_enable_x64; at a noise float32 resolves (1e-2) there is none
+    import warnings as w
+
+    with jax.enable_x64(False):
+        s = SpringMassDamper(has_input=False)
+        base = s.create_default_context(jnp.float32)
+        ts = np.linspace(0.1, 4.0, 40)
+        full = lambda c: c.get_continuous_state_vector()  # noqa: E731
+        ctxs, data = synthetic(s, base, [1.0, 10.0, 0.5], [[1.0, 0.0]], ts, full, noise, 0)
+        with w.catch_warnings(record=True) as caught:
+            w.simplefilter("always")
+            res = js.fit_parameters(
+                s,
+                ctxs,
+                SPEC,
+                ts,
+                np.asarray(data),
+                initial={"k": 9.5, "c": 0.45},
+                observe=full,
+                method="levenberg_marquardt",
+            )
+    quantized = [c for c in caught if issubclass(c.category, js.PrecisionWarning) and "quantized" in str(c.message)]
+    assert bool(quantized) == warns, [str(c.message) for c in caught]
+    if warns:
+        assert "float32" in str(quantized[0].message) and "jax_enable_x64" in str(quantized[0].message)
+        # the standard error of k really is at float32's resolution of k = 10 (ulp 9.5e-7)
+        assert res.standard_errors["k"] < 100 * 1.2e-7 * 10
+    assert abs(res.params["k"] - 10.0) < 10 * res.standard_errors["k"] + 1e-5

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ from ..framework.errors import JaxsysError
 from ..framework.system import System
 from .compile_cache import SystemCache, deref, hashable_key
 from .integrators import IntegratorBase, RungeKutta4Integrator
-from .simulate import simulate
+from .simulate import PrecisionWarning, simulate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +199,35 @@ def _default_optimizer() -> optax.GradientTransformation:
 
 
 _key = hashable_key
+
+
+QUANTIZED_ULPS = 100
+"""A standard error below this many units of the dtype's resolution of its parameter means the fit is
+limited by rounding (`fit_parameters` warns)."""
+
+
+def _warn_if_quantized(fitted: Mapping[str, float], errors: Mapping[str, float], dtype: Any) -> None:
+    """Warn (`PrecisionWarning`) when a standard error is within `QUANTIZED_ULPS` of the dtype's
+    resolution of its parameter: the estimate and its error are then set by rounding (of the simulated
+    observations, of the residuals), not by the data; float32 reaches this at noise ~1e-6 relative."""
+
+    eps = float(jnp.finfo(dtype).eps)
+    small = [
+        n
+        for n, v in fitted.items()
+        if np.isfinite(errors[n]) and errors[n] < QUANTIZED_ULPS * eps * max(abs(v), float(jnp.finfo(dtype).tiny))
+    ]
+    if small:
+        shown = ", ".join(f"{n} = {fitted[n]:.9g} +/- {errors[n]:.2g}" for n in small)
+        which = "float32" if jnp.dtype(dtype) == jnp.float32 else str(jnp.dtype(dtype))
+        warnings.warn(
+            f"fit_parameters: the standard errors of {shown} are within {QUANTIZED_ULPS} units of {which}'s "
+            f"resolution of the parameter ({eps:.1e} relative): the estimates and their errors are set by rounding "
+            f"(of the simulated observations and the residuals), not by the data; they are quantized at that "
+            f"level. Fit in float64 (jax.config.update('jax_enable_x64', True) before creating the contexts).",
+            PrecisionWarning,
+            stacklevel=3,
+        )
 
 
 def fit_parameters(
@@ -526,6 +556,7 @@ def _fit_least_squares(
         cov = np.full((len(names), len(names)), np.nan)
     fitted = {n: float(v) for n, v in zip(names, np.asarray(values))}
     errors = {n: float(np.sqrt(max(cov[i, i], 0.0))) for i, n in enumerate(names)}
+    _warn_if_quantized(fitted, errors, np.asarray(values).dtype)
     return FitResult(
         fitted,
         set_parameters(contexts[0], params, fitted),
