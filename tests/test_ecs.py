@@ -141,6 +141,9 @@ def test_recursive_removal_and_capacity_error():
     w2, _ = w2.create_entity()
     with pytest.raises(Exception, match="World is full: all 2 entity slots are in use"):
         jax.block_until_ready(w2.create_entity()[1])
+    # inside ecs.run the message names the system and phase that spawned (before: only "World is full")
+    with pytest.raises(Exception, match=r"World is full: all 2 entity slots .* created by Spawner\.pre_update"):
+        jax.block_until_ready(ecs.run(empty_world(2), [Spawner()], 5)[0].alive)
 
 
 class Mover(ecs.EcsSystem):

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..framework.errors import JaxsysError
-from .world import NULL_ENTITY, Column, Control, World, WorldView
+from .world import NULL_ENTITY, Column, Control, World, WorldView, creating_as
 
 
 USER_COMMANDS_PRIORITY = -16384
@@ -164,9 +164,11 @@ def _guarded(system: EcsSystem, before: World, after: World) -> World:
 def _phases(world: World, info: UpdateInfo, systems: Sequence[EcsSystem]) -> tuple[World, tuple[Any, ...]]:
     """PreUpdates, Updates (priority order), PostUpdates (their outputs)."""
     for s in _ordered(systems, "pre_update"):
-        world = _guarded(s, world, s.pre_update(info, world))
+        with creating_as(f"{type(s).__name__}.pre_update"):
+            world = _guarded(s, world, s.pre_update(info, world))
     for s in _ordered(systems, "update"):
-        world = _guarded(s, world, s.update(info, world))
+        with creating_as(f"{type(s).__name__}.update"):
+            world = _guarded(s, world, s.update(info, world))
     view = WorldView(world)
     outputs = []
     for s in systems:  # PostUpdate order is irrelevant (gz-sim runs them in parallel)

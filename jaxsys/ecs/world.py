@@ -30,8 +30,10 @@ writer says so, a periodic one (``PeriodicChange``: e.g. a pose that changes eve
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -43,6 +45,21 @@ from ..framework.errors import JaxsysError
 
 
 Array = jax.Array
+
+_SPAWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxsys_ecs_spawner", default=None)
+
+
+@contextlib.contextmanager
+def creating_as(label: str) -> Iterator[None]:
+    """While tracing a system's phase, name it (``"Spawner.pre_update"``) in the errors of entity
+    creation (a full world), so the message says which system spawned."""
+    token = _SPAWNER.set(label)
+    try:
+        yield
+    finally:
+        _SPAWNER.reset(token)
+
+
 NULL_ENTITY = -1
 
 
@@ -195,8 +212,12 @@ class World(eqx.Module):
         entity."""
         free = ~self.alive
         idx = jnp.argmax(free).astype(jnp.int32)
+        spawner = _SPAWNER.get()
+        by = f"; the entity was being created by {spawner}" if spawner else ""
         idx = eqx.error_if(
-            idx, ~jnp.any(free), f"World is full: all {self.capacity} entity slots are in use (raise the capacity)."
+            idx,
+            ~jnp.any(free),
+            f"World is full: all {self.capacity} entity slots are in use (raise the capacity){by}.",
         )
         parent = jnp.asarray(parent, jnp.int32)
         p_ok = (parent == NULL_ENTITY) | self.exists(parent)
