@@ -804,6 +804,43 @@ def case_acrobot():
     return "S9 acrobot swing-up, time to converge", rows
 
 
+def case_collocation_scaling():
+    """S9-scale (#40 item 6): the acrobot swing-up by direct collocation (effort cost, |u| <= 20, 4 s) at
+    40 ... 400 intervals: SLSQP (dense QP) against IPOPT with sparse Jacobians (``solver="ipopt"``);
+    second calls (compiled), with the time per iteration. Goal: 200 intervals in < 10 s, time per
+    iteration linear in the intervals."""
+    import warnings
+
+    from jaxsys.examples import Acrobot
+
+    plant = Acrobot()
+    ctx = plant.get_input_port(0).fix_value(plant.create_default_context(), [0.0])
+    goal = np.array([np.pi, 0.0, 0.0, 0.0])
+
+    def effort(x, u):
+        return u @ u
+
+    rows = []
+    for solver, sizes in (("slsqp", (40, 80)), ("ipopt", (40, 80, 200, 400))):
+        for n in sizes:
+
+            def solve(n=n, solver=solver):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return js.direct_collocation(plant, ctx, 4.0, n, effort, x_final=goal, u_limit=20.0, solver=solver)
+
+            t = time.perf_counter()
+            solve()
+            first = time.perf_counter() - t
+            t = time.perf_counter()
+            r = solve()
+            run = time.perf_counter() - t
+            per = run / max(r.iterations, 1)
+            name = f"{solver} {n} intervals: success {r.success}, {r.iterations} it, {per * 1e3:.1f} ms/it"
+            rows.append((name, first, run))
+    return "S9-scale acrobot collocation, time to converge", rows
+
+
 def case_ilqr_repeat():
     """S9-ilqr: a repeated js.ilqr (the acrobot swing-up of S9, 80 RK4 intervals; second call, the
     compiled programs reused) against the same number of iterations of ``ilqr_solve`` inside one
@@ -1395,6 +1432,7 @@ def main() -> None:
         ("S7-fit", case_fit),
         ("S9-acrobot", case_acrobot),
         ("S9-ilqr", case_ilqr_repeat),
+        ("S9-scale", case_collocation_scaling),
         ("S3d", case_stiff_batch),
         ("S5", case_sampled_pid),
         ("S4", case_bouncing_ball),

@@ -79,6 +79,7 @@ from .analysis.monte_carlo import (
 )
 from .analysis.nlp import (
     augmented_lagrangian as augmented_lagrangian,
+    ipopt as ipopt,
     slsqp as slsqp,
     solve_nlp as solve_nlp,
 )
@@ -409,6 +410,7 @@ __all__ = [
     "simulate",
     "simulate_open_loop",
     "slsqp",
+    "ipopt",
     "solve_nlp",
     "stack_contexts",
     "state_space_to_transfer_function",

@@ -284,3 +284,75 @@ def test_pendulum_swing_up_in_float32():
         assert r.success and r.tolerance == 1e-4 and r.x.dtype == np.float32
         xs = simulate_open_loop(plant, ctx, r)
     np.testing.assert_allclose(xs[-1], [np.pi, 0.0], atol=5e-2)
+
+
+# ----- IPOPT with sparse Jacobians (issue #40 item 6) ----------------------------------------------
+def test_sparse_jacobian_by_coloring_equals_the_dense_one():
+    from jaxsys.analysis.nlp import SparseJacobian
+
+    # a chain of defects (each couples neighbours, as collocation's do) and one dense row
+    def fn(z):
+        defects = z[1:] - z[:-1] - 0.1 * jnp.sin(z[1:] * z[:-1])
+        return jnp.concatenate([defects, jnp.stack([jnp.sum(z**2)])])
+
+    z0 = jnp.linspace(0.0, 1.0, 30)
+    jac = SparseJacobian(fn, z0)
+    z = z0 + 0.3 * jnp.cos(jnp.arange(30.0))
+    dense = np.asarray(jax.jacfwd(fn)(z))
+    got = np.zeros_like(dense)
+    got[jac.rows, jac.cols] = np.asarray(jac.values(z))
+    np.testing.assert_allclose(got, dense, rtol=1e-13, atol=1e-14)
+    assert jac.rows.size == 2 * 29 + 30  # the structural nonzeros only
+    # the dense row forces one color per column; without it two colors suffice
+    assert jac.num_colors == 30
+    assert SparseJacobian(lambda z: fn(z)[:-1], z0).num_colors == 2
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_ipopt_known_solution(dtype):
+    pytest.importorskip("cyipopt")
+    # min x^2 + y^2 s.t. x + y = 1, x <= 0.3 (an inequality; then a bound): (0.3, 0.7)
+    tol = 1e-9 if dtype == jnp.float64 else 1e-5
+    with jax.enable_x64(dtype == jnp.float64):
+        for kwargs in ({"inequality": lambda z: jnp.stack([z["x"] - 0.3])}, {"upper": {"x": 0.3, "y": np.inf}}):
+            z, info = js.solve_nlp(
+                lambda z: z["x"] ** 2 + z["y"] ** 2,
+                {"x": jnp.asarray(0.0, dtype), "y": jnp.asarray(0.0, dtype)},
+                equality=lambda z: jnp.stack([z["x"] + z["y"] - 1.0]),
+                solver="ipopt",
+                tolerance=tol,
+                **kwargs,
+            )
+            np.testing.assert_allclose([float(z["x"]), float(z["y"])], [0.3, 0.7], atol=10 * tol)
+            assert info["converged"] and info["solver"] == "ipopt" and info["iterations"] > 0
+            assert z["x"].dtype == dtype
+
+
+def test_acrobot_collocation_by_ipopt_matches_slsqp():
+    pytest.importorskip("cyipopt")
+    # the same nonlinear program (40 intervals) solved by IPOPT with sparse Jacobians: the same local
+    # optimum as SLSQP's (cost to 1e-6 relative), constraints met, the goal reached
+    plant, ctx = make(Acrobot)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = direct_collocation(plant, ctx, 4.0, 40, effort, x_final=ACROBOT_GOAL, u_limit=20.0)
+        r = direct_collocation(plant, ctx, 4.0, 40, effort, x_final=ACROBOT_GOAL, u_limit=20.0, solver="ipopt")
+    assert r.success and r.constraint_violation < 1e-6
+    np.testing.assert_allclose(r.x[-1], ACROBOT_GOAL, atol=1e-6)
+    assert np.max(np.abs(r.u)) <= 20.0 + 1e-8
+    assert r.cost == pytest.approx(ref.cost, rel=1e-6)
+
+
+def test_ipopt_missing_is_a_named_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_cyipopt(name, *args, **kwargs):
+        if name == "cyipopt":
+            raise ImportError("No module named 'cyipopt'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_cyipopt)
+    with pytest.raises(js.JaxsysError, match=r"solver='ipopt' needs cyipopt: pip install cyipopt-wheels"):
+        js.solve_nlp(lambda z: z @ z, jnp.ones(2), solver="ipopt")

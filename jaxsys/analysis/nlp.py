@@ -291,7 +291,165 @@ def slsqp(
     }
 
 
-SOLVERS = {"slsqp": slsqp, "augmented_lagrangian": augmented_lagrangian}
+class SparseJacobian:
+    """The Jacobian of ``fn: R^n -> R^m`` as the values of its nonzeros, evaluated with one forward-mode
+    directional derivative per *color* (Curtis-Powell-Reid: columns that share no row are seeded
+    together), so its cost grows with the number of colors (a few tens for trajectory optimization,
+    whatever the number of knots), not with n.
+
+    The sparsity pattern is detected once from dense Jacobians at ``z0`` and two random points near it
+    (entries exactly zero at all three are taken as structural zeros: a Jacobian entry that vanishes at
+    all three points by coincidence would be lost, and with it a little of Newton's accuracy, never the
+    constraint itself). Attributes: ``rows``, ``cols`` (int arrays of the nonzeros), ``num_colors``;
+    ``values(z)`` (jit-compiled) returns the nonzeros in that order."""
+
+    def __init__(self, fn: Callable[[jax.Array], jax.Array], z0: jax.Array) -> None:
+        n = z0.shape[0]
+        dense = jax.jit(jax.jacfwd(fn))
+        key = jax.random.PRNGKey(0)
+        scale = 1e-2 * (1.0 + jnp.abs(z0))
+        points = [z0] + [z0 + scale * jax.random.normal(k, z0.shape, z0.dtype) for k in jax.random.split(key, 2)]
+        pattern = np.zeros((0, n), bool)
+        for z in points:
+            J = np.asarray(dense(z))
+            pattern = (J != 0) if pattern.size == 0 else (pattern | (J != 0))
+        m = pattern.shape[0] if pattern.ndim == 2 else 0
+        self.rows, self.cols = np.nonzero(pattern) if m else (np.zeros(0, int), np.zeros(0, int))
+        colors = _greedy_column_coloring(pattern, n) if m else np.zeros(n, int)
+        self.num_colors = int(colors.max()) + 1 if n else 0
+        self.shape = (m, n)
+        seeds = jnp.asarray(np.eye(max(self.num_colors, 1))[colors].T[: max(self.num_colors, 1)], z0.dtype)
+        rows, col_colors = jnp.asarray(self.rows), jnp.asarray(colors[self.cols])
+
+        def values(z: jax.Array) -> jax.Array:
+            compressed = jax.vmap(lambda s: jax.jvp(fn, (z,), (s,))[1])(seeds)  # (colors, m)
+            return compressed[col_colors, rows]
+
+        self.values = jax.jit(values)
+
+
+def _greedy_column_coloring(pattern: np.ndarray, n: int) -> np.ndarray:
+    """Colors of the columns of the boolean ``pattern`` (m x n) such that two columns with a nonzero in
+    the same row differ (largest-first greedy)."""
+    rows_of = [np.flatnonzero(pattern[:, j]) for j in range(n)]
+    cols_of = [np.flatnonzero(pattern[i]) for i in range(pattern.shape[0])]
+    colors = np.full(n, -1)
+    for j in sorted(range(n), key=lambda j: -len(rows_of[j])):
+        taken = {colors[k] for i in rows_of[j] for k in cols_of[i] if colors[k] >= 0}
+        c = 0
+        while c in taken:
+            c += 1
+        colors[j] = c
+    return colors
+
+
+def ipopt(
+    objective: Callable[[Any], jax.Array],
+    z0: Any,
+    equality: Callable[[Any], jax.Array] | None = None,
+    inequality: Callable[[Any], jax.Array] | None = None,
+    lower: Any = None,
+    upper: Any = None,
+    max_iterations: int = 3000,
+    tolerance: float | None = None,
+    print_level: int = 0,
+    ipopt_options: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Minimize ``objective(z)`` s.t. ``equality(z) = 0``, ``inequality(z) <= 0`` and
+    ``lower <= z <= upper`` with IPOPT (an interior-point method with sparse linear algebra, through
+    ``cyipopt``: ``pip install cyipopt-wheels``, which bundles IPOPT, or ``pip install "jaxsys[ipopt]"``).
+
+    The constraint Jacobian is sparse (`SparseJacobian`: pattern detected once, values by one
+    forward-mode derivative per column color), the Hessian IPOPT's limited-memory quasi-Newton: the work
+    of an iteration grows linearly with the size of a trajectory optimization problem, where SLSQP's
+    dense QP grows with its cube. Arguments as [`augmented_lagrangian`][jaxsys.augmented_lagrangian];
+    ``max_iterations`` IPOPT iterations, ``tolerance`` also IPOPT's ``constr_viol_tol``,
+    ``print_level`` IPOPT's (0 silent, 5 its usual log), ``ipopt_options`` any other IPOPT options by name.
+
+    Returns (z, info) with info as [`augmented_lagrangian`][jaxsys.augmented_lagrangian]'s (plus
+    "jacobian_colors": the derivatives an iteration takes for the Jacobian).
+    """
+    try:
+        import cyipopt
+    except ImportError as err:
+        raise JaxsysError(
+            "solver='ipopt' needs cyipopt: pip install cyipopt-wheels (it bundles IPOPT; Linux x86-64), or "
+            "pip install 'jaxsys[ipopt]'. Or use solver='slsqp' (SciPy) or 'augmented_lagrangian' (pure JAX)."
+        ) from err
+    prob = _Problem(objective, z0, equality, inequality, lower, upper)
+    dtype = prob.dtype
+    tolerance = _default_tolerance(dtype) if tolerance is None else float(tolerance)
+    n_eq, n_in = prob.eq(prob.flat0).shape[0], prob.ineq(prob.flat0).shape[0]
+
+    def constraints(z: jax.Array) -> jax.Array:
+        return jnp.concatenate([prob.eq(z), prob.ineq(z)])
+
+    z_start = jnp.asarray(np.clip(np.asarray(prob.flat0, np.float64), prob.lower, prob.upper), dtype)
+    jac = SparseJacobian(constraints, z_start)
+    value_and_grad = jax.jit(jax.value_and_grad(prob.objective))
+    cons = jax.jit(constraints)
+    f64 = np.float64
+    iterations = [0]
+
+    class _Callbacks:
+        def objective(self, z: np.ndarray) -> float:
+            return float(value_and_grad(jnp.asarray(z, dtype))[0])
+
+        def gradient(self, z: np.ndarray) -> np.ndarray:
+            return np.asarray(value_and_grad(jnp.asarray(z, dtype))[1], f64)
+
+        def constraints(self, z: np.ndarray) -> np.ndarray:
+            return np.asarray(cons(jnp.asarray(z, dtype)), f64)
+
+        def jacobian(self, z: np.ndarray) -> np.ndarray:
+            return np.asarray(jac.values(jnp.asarray(z, dtype)), f64)
+
+        def jacobianstructure(self) -> tuple[np.ndarray, np.ndarray]:
+            return jac.rows, jac.cols
+
+        def intermediate(self, alg_mod: int, iter_count: int, *args: Any) -> bool:
+            iterations[0] = int(iter_count)
+            return True
+
+    big = 1e20  # IPOPT's infinity
+    lb = np.where(np.isfinite(prob.lower), prob.lower, -big)
+    ub = np.where(np.isfinite(prob.upper), prob.upper, big)
+    cl = np.concatenate([np.zeros(n_eq), np.full(n_in, -big)])
+    cu = np.zeros(n_eq + n_in)
+    nlp = cyipopt.Problem(n=lb.shape[0], m=n_eq + n_in, problem_obj=_Callbacks(), lb=lb, ub=ub, cl=cl, cu=cu)
+    options = {
+        "hessian_approximation": "limited-memory",
+        "max_iter": int(max_iterations),
+        "constr_viol_tol": tolerance,
+        "print_level": int(print_level),
+        "sb": "yes",
+    }
+    options.update(ipopt_options or {})
+    for name, value in options.items():
+        nlp.add_option(name, value)
+    x, result = nlp.solve(np.asarray(z_start, f64))
+    z = jnp.asarray(x, dtype)
+    violation = float(prob.violation(z))
+    value = float(prob.objective(z))
+    status = int(result["status"])
+    iterations = iterations[0]
+    converged = bool(status in (0, 1) and np.isfinite(value) and violation <= tolerance)
+    message = result["status_msg"]
+    message = message.decode() if isinstance(message, bytes) else str(message)
+    return prob.unravel(z), {
+        "violation": violation,
+        "objective": value,
+        "iterations": iterations,
+        "inner_iterations": iterations,
+        "converged": converged,
+        "message": f"IPOPT: {message}",
+        "tolerance": tolerance,
+        "jacobian_colors": jac.num_colors,
+        "options": options,
+    }
+
+
+SOLVERS = {"slsqp": slsqp, "augmented_lagrangian": augmented_lagrangian, "ipopt": ipopt}
 
 
 def solve_nlp(
@@ -305,8 +463,9 @@ def solve_nlp(
     **options: Any,
 ) -> tuple[Any, dict[str, Any]]:
     """Minimize ``objective(z)`` s.t. ``equality(z) = 0``, ``inequality(z) <= 0``, ``lower <= z <= upper``
-    with ``solver`` (``"slsqp"`` or ``"augmented_lagrangian"``) and its ``options`` (see
-    [`slsqp`][jaxsys.slsqp] and [`augmented_lagrangian`][jaxsys.augmented_lagrangian]). Returns (z, info)."""
+    with ``solver`` (``"slsqp"``, ``"augmented_lagrangian"`` or ``"ipopt"``) and its ``options`` (see
+    [`slsqp`][jaxsys.slsqp], [`augmented_lagrangian`][jaxsys.augmented_lagrangian] and
+    [`ipopt`][jaxsys.ipopt]). Returns (z, info)."""
     if solver not in SOLVERS:
         raise JaxsysError(f"solver must be one of {sorted(SOLVERS)}, not {solver!r}.")
     fn = SOLVERS[solver]

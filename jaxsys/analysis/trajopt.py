@@ -13,7 +13,9 @@ free final time.
 * Collocation evaluates the plant's time derivatives at the knots and interval midpoints (vmapped)
   and imposes the Hermite-Simpson defects.
 * The nonlinear program is solved by `solve_nlp`: SciPy's SLSQP by default
-  (``solver="slsqp"``), or the pure-JAX augmented Lagrangian (``solver="augmented_lagrangian"``).
+  (``solver="slsqp"``), the pure-JAX augmented Lagrangian (``solver="augmented_lagrangian"``), or IPOPT
+  with sparse constraint Jacobians (``solver="ipopt"``: hundreds of knots, robots; time per iteration
+  linear in the number of knots where SLSQP's dense QP grows with its cube).
 
 Costs: ``running_cost(x, u) -> scalar`` integrated over time, ``final_cost(x) -> scalar``, and
 ``time_cost`` per second of duration (with a free final time).
@@ -253,9 +255,10 @@ def direct_shooting(
             x0 to ``x_final`` (or x0).
         final_time_bounds: (T_min, T_max) makes the duration a decision variable.
         time_cost: cost per second of duration (a minimum-time term, with a free final time).
-        solver: ``"slsqp"`` (SciPy's SQP, the default) or ``"augmented_lagrangian"`` (pure JAX).
+        solver: ``"slsqp"`` (SciPy's SQP, the default), ``"augmented_lagrangian"`` (pure JAX) or ``"ipopt"``
+            (IPOPT with sparse Jacobians: large problems; needs ``cyipopt-wheels``).
         solver_options: that solver's options (e.g. ``max_iterations``, ``tolerance``; see
-            `slsqp` and [`augmented_lagrangian`][jaxsys.augmented_lagrangian]).
+            `slsqp`, [`augmented_lagrangian`][jaxsys.augmented_lagrangian] and [`ipopt`][jaxsys.ipopt]).
     """
     N, M = int(num_intervals), int(num_segments)
     if N % M:
