@@ -428,7 +428,8 @@ def ipopt(
     for name, value in options.items():
         nlp.add_option(name, value)
     x, result = nlp.solve(np.asarray(z_start, f64))
-    z = jnp.asarray(x, dtype)
+    # (IPOPT relaxes bounds by ~1e-8 relative while it iterates: the answer is put back inside them)
+    z = jnp.asarray(np.clip(x, prob.lower, prob.upper), dtype)
     violation = float(prob.violation(z))
     value = float(prob.objective(z))
     status = int(result["status"])
