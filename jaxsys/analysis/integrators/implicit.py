@@ -52,8 +52,10 @@ class _ImplicitBase(IntegratorBase):
       directional derivatives and kept, factored and solved in band form: memory and work linear in
       the state size instead of quadratic and cubic (see `jaxsys.analysis.integrators.linalg`; not in
       Drake, whose implicit integrators are dense; scipy's ``jac_sparsity``, Hairer's ``MLJAC/MUJAC``).
-      None (default): dense. A bandwidth narrower than the Jacobian's makes Newton slow or fail
-      (smaller steps), never a wrong accepted step.
+      None (default): dense. A bandwidth narrower than the Jacobian's gives Newton a wrong Jacobian:
+      the stage equations are still solved to the tolerance (their residual uses the exact vector
+      field) but Newton converges slowly or fails (smaller steps), and Radau's filtered error
+      estimates lose some fidelity: declare the true bandwidth.
     """
 
     max_newton_raphson_iterations: int = eqx.field(static=True, default=10)

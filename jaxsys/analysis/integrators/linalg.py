@@ -12,9 +12,10 @@ at a time). This is what makes a 1,000-state stiff system (a discretized PDE) af
 against 0.03 ms.
 
 A wrong bandwidth (J has entries outside it) gives a wrong Jacobian (entries outside the band are
-added to ones inside it): Newton then converges slowly or fails, and the step is retried smaller; the
-result stays what error control accepts, but the run is slow. Declare the bandwidth of the state
-ordering you use (interleave the variables of one grid point: u1, v1, u2, v2, ...).
+added to ones inside it): the stage equations are still solved to the tolerance (their residual uses
+the exact vector field), but Newton converges slowly or fails (the step is retried smaller) and the
+filtered error estimates lose some fidelity. Declare the bandwidth of the state ordering you use
+(interleave the variables of one grid point: u1, v1, u2, v2, ...).
 
 Imports: nothing from jaxsys.
 """
