@@ -442,8 +442,10 @@ class _OnlyDiscrete(js.LeafSystem):
         js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4),
         js.RungeKutta4Integrator(max_step_size=0.1),
         js.RadauIntegrator(max_step_size=0.1),
+        js.Radau5Integrator(max_step_size=0.1),
+        js.RadauIntegrator(max_step_size=0.1, jacobian_bandwidth=(1, 1)),
     ],
-    ids=lambda i: type(i).__name__,
+    ids=lambda i: type(i).__name__ + ("-banded" if getattr(i, "jacobian_bandwidth", None) else ""),
 )
 def test_no_continuous_state_never_evaluates_the_derivative(integrator):
     sys = _OnlyDiscrete()

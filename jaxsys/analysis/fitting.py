@@ -207,10 +207,12 @@ limited by rounding (`fit_parameters` warns)."""
 
 
 def _warn_if_quantized(fitted: Mapping[str, float], errors: Mapping[str, float], dtype: Any) -> None:
-    """Warn (`PrecisionWarning`) when a standard error is within `QUANTIZED_ULPS` of the dtype's
-    resolution of its parameter: the estimate and its error are then set by rounding (of the simulated
-    observations, of the residuals), not by the data; float32 reaches this at noise ~1e-6 relative."""
-
+    """Warn (`PrecisionWarning`) when, in float32 (or another dtype narrower than float64), a standard
+    error is within `QUANTIZED_ULPS` of the dtype's resolution of its parameter: the estimate and its
+    error are then set by rounding (of the simulated observations, of the residuals), not by the data;
+    float32 reaches this at noise ~1e-6 relative."""
+    if jnp.dtype(dtype) == jnp.float64:
+        return  # (float64's rounding is far below any real noise: a standard error near it is an exact fit)
     eps = float(jnp.finfo(dtype).eps)
     small = [
         n
@@ -219,7 +221,7 @@ def _warn_if_quantized(fitted: Mapping[str, float], errors: Mapping[str, float],
     ]
     if small:
         shown = ", ".join(f"{n} = {fitted[n]:.9g} +/- {errors[n]:.2g}" for n in small)
-        which = "float32" if jnp.dtype(dtype) == jnp.float32 else str(jnp.dtype(dtype))
+        which = str(jnp.dtype(dtype))
         warnings.warn(
             f"fit_parameters: the standard errors of {shown} are within {QUANTIZED_ULPS} units of {which}'s "
             f"resolution of the parameter ({eps:.1e} relative): the estimates and their errors are set by rounding "

@@ -571,7 +571,7 @@ class Radau5Integrator(_ImplicitBase):
         def refine() -> Array:
             return radau5_error_filter(fac, sg(f(t, x + err)) + f2, self.algebra())
 
-        refined = jnp.max(jnp.abs(err)) > acc
+        refined = (jnp.max(jnp.abs(err)) > acc) if n else jnp.array(False)
         err = jax.lax.cond(refined, refine, lambda: err)
         zero = jnp.zeros((), jnp.int32)
         counts = _stats(c_main, jnp.stack([zero, zero, zero]), estimator_evals=1 + refined.astype(jnp.int32))

@@ -49,6 +49,8 @@ def small_lu_factor(m: Array) -> tuple[Array, Array]:
     forms them (times the pivot's reciprocal); a zero pivot leaves its column unscaled (LAPACK reports
     the matrix singular; the solve then gives non-finite values, as LAPACK's does)."""
     n = m.shape[-1]
+    if n == 0:  # (no continuous state: nothing to factor)
+        return m, jnp.zeros((0,), jnp.int32)
     a = m
     pivots = []
     for k in range(n):
@@ -135,6 +137,8 @@ class BandedAlgebra:
 
     def jacobian(self, fn: Callable[[Array], Array], x: Array) -> Array:
         n, w, kl = x.shape[0], self.width, self.kl
+        if n == 0:
+            return jnp.zeros((0, w), x.dtype)
         colors = jnp.arange(n) % w
         seeds = (colors[None, :] == jnp.arange(w)[:, None]).astype(x.dtype)  # (w, n)
         compressed = jax.vmap(lambda s: jax.jvp(fn, (x,), (s,))[1])(seeds)  # [c, i]: sum over columns of color c
@@ -147,11 +151,15 @@ class BandedAlgebra:
         return jnp.zeros((n, self.width), dtype)
 
     def lu_factor(self, m: Array) -> tuple[Any, Any]:
+        if m.shape[0] == 0:  # (no continuous state)
+            return (m, jnp.zeros((0, self.kl), m.dtype)), jnp.zeros((0,), jnp.int32)
         (u, lower), piv = band_lu_factor(m, self.kl, self.ku)
         return (u, lower), piv
 
     def lu_solve(self, lu: Any, piv: Any, b: Array) -> Array:
         u, lower = lu
+        if b.shape[0] == 0:
+            return b.astype(u.dtype)
         return band_lu_solve(u, lower, piv, b, self.kl, self.ku)
 
     def empty_lu(self, n: int, dtype: Any) -> tuple[Any, Any]:
