@@ -1413,6 +1413,17 @@ def _stiff_case(system, y0, tf, rhs, jrhs, h_max, tol, ref):
     return rows
 
 
+def _stiff_lines(title, rows, base_name):
+    """Table lines of stiff rows (implementation, tolerance, steps, error, compile, run), with the run
+    time as a ratio to ``base_name``'s at the same tolerance."""
+    base = {tol: run for name, tol, _, _, _, run in rows if name == base_name}
+    return [
+        f"| {title} | {name} | {tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms "
+        f"| {run / base[tol]:.2f} |"
+        for name, tol, steps, err, comp, run in rows
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
@@ -1503,10 +1514,7 @@ def main() -> None:
         ]
         print("\n".join(stiff[1:]))
         for title, rows, equal in stiff_cases():
-            base = {tol: run for name, tol, _, _, _, run in rows if name == "jaxsys Radau5"}
-            for name, tol, steps, err, comp, run in rows:
-                cells = f"{tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms | {run / base[tol]:.2f}"
-                line = f"| {title} | {name} | {cells} |"
+            for line in _stiff_lines(title, rows, "jaxsys Radau5"):
                 stiff.append(line)
                 print(line, flush=True)
             for name, tol, err, t_run, acc, e_js, t_js in equal:
@@ -1531,10 +1539,7 @@ def main() -> None:
             "| ratio vs Radau5 banded |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        base = {tol: run for name, tol, _, _, _, run in rows if name == "jaxsys Radau5, banded"}
-        for name, tol, steps, err, comp, run in rows:
-            cells = f"{tol:g} | {steps} | {err:.1e} | {comp:.2f} | {run * 1e3:.1f} ms | {run / base[tol]:.2f}"
-            big.append(f"| {title} | {name} | {cells} |")
+        big += _stiff_lines(title, rows, "jaxsys Radau5, banded")
         print("\n".join(big), flush=True)
         if stiff is not None:
             stiff += big

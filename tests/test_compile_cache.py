@@ -9,6 +9,7 @@ programs included.
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 
 import jax
@@ -50,10 +51,20 @@ def _through(path: str, i: int) -> weakref.ref:
         ts = np.array([0.1, 0.2, 0.3])
         meas = js.simulate(s, ctx, 0.3, integ, save_at=ts, record=lambda c: c.get_continuous_state_vector()).ys
         js.fit_parameters(s, ctx, {"k": js.FitParameter(0, 1)}, ts, meas[None], integrator=integ, steps=2)
+    elif path == "ilqr":
+        s = js.examples.Pendulum()
+        c = (
+            s.get_input_port(0)
+            .fix_value(s.create_default_context(), [0.0])
+            .with_continuous_state(jnp.array([1.0, 0.0]))
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            js.ilqr(s, c, 1.0, 5, lambda x, u: x @ x + u @ u, lambda x: x @ x, max_iterations=2)
     return weakref.ref(s)
 
 
-@pytest.mark.parametrize("path", ["simulate", "Simulator", "batch_simulate", "fit_parameters"])
+@pytest.mark.parametrize("path", ["simulate", "Simulator", "batch_simulate", "fit_parameters", "ilqr"])
 def test_dropped_systems_are_freed_with_their_compiled_programs(path):
     refs = [_through(path, i) for i in range(N)]
     gc.collect()

@@ -198,9 +198,6 @@ def _default_optimizer() -> optax.GradientTransformation:
     return _DEFAULT_ADAM[0.05]
 
 
-_key = hashable_key
-
-
 QUANTIZED_ULPS = 100
 """A standard error below this many units of the dtype's resolution of its parameter means the fit is
 limited by rounding (`fit_parameters` warns)."""
@@ -302,8 +299,8 @@ def fit_parameters(
     base_key = (
         tuple((n, params[n]) for n in names),
         times_key,
-        _key(observe),
-        _key(integrator),
+        hashable_key(observe),
+        hashable_key(integrator),
         jax.tree_util.tree_structure(batch),
         tuple(measurements.shape),
         str(measurements.dtype),
@@ -387,7 +384,7 @@ def _fit_adam(
 
         return jax.jit(step)
 
-    step = _FIT_CACHE.get(system, ("adam", base_key, _key(optimizer)), build)
+    step = _FIT_CACHE.get(system, ("adam", base_key, hashable_key(optimizer)), build)
     s = optimizer.init(z)
     losses: list[Any] = []
     inputs: list[Any] = []

@@ -14,6 +14,7 @@ Imports: `base` and `newton` only.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -180,6 +181,21 @@ class _ImplicitBase(IntegratorBase):
 def _complex(dtype: Any) -> Any:
     """The complex dtype of a real one's precision."""
     return (jnp.zeros((), dtype) * 1j).dtype
+
+
+def _collocation_residual(
+    f: VectorField, t: Array, x: Array, h: Array, A: Array, c: tuple[float, ...]
+) -> Callable[[Array], Array]:
+    """The Radau IIA stage equations on the stacked stage increments Z = (z_1 .. z_s):
+    ``z_i - h sum_j A_ij f(t + c_j h, x + z_j) = 0`` (Radau3 and Radau5)."""
+    s, n = len(c), x.shape[0]
+
+    def residual(Z: Array) -> Array:
+        z = Z.reshape(s, n)
+        F = jnp.stack([f(t + c[i] * h, x + z[i]) for i in range(s)])
+        return (z - h * (A @ F)).reshape(-1)
+
+    return residual
 
 
 def _stats(main: Array, estimator: Array | None = None, estimator_evals: Array | int = 0) -> Array:
@@ -370,10 +386,7 @@ class RadauIntegrator(_ImplicitBase):
         def jac() -> Array:
             return self.algebra().jacobian(lambda xx: f(t, xx), x)
 
-        def residual(Z: Array) -> Array:
-            z = Z.reshape(2, n)
-            F = jnp.stack([f(t + _RADAU_C[i] * h, x + z[i]) for i in range(2)])
-            return (z - h * (A @ F)).reshape(-1)
+        residual = _collocation_residual(f, t, x, h, A, _RADAU_C)
 
         # Hairer's (and Drake's) start: Z = 0. The update norm is that of the stage increments, each
         # scaled by the state's.
@@ -545,10 +558,7 @@ class Radau5Integrator(_ImplicitBase):
         def jac() -> Array:
             return self.algebra().jacobian(lambda xx: f(t, xx), x)
 
-        def residual(Z: Array) -> Array:
-            z = Z.reshape(3, n)
-            F = jnp.stack([f(t + _RADAU5_C[i] * h, x + z[i]) for i in range(3)])
-            return (z - h * (A @ F)).reshape(-1)
+        residual = _collocation_residual(f, t, x, h, A, _RADAU5_C)
 
         sg = jax.lax.stop_gradient
         last = cache.extra
