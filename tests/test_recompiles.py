@@ -132,3 +132,39 @@ def test_runtime_errors_of_a_plain_call_are_clean():
     s = Decay()
     with pytest.raises(eqx.EquinoxRuntimeError, match="maximum number of integrator step attempts"):
         js.simulate(s, s.create_default_context(), 10.0, js.RungeKutta3Integrator(max_steps=3))
+
+
+def test_repeated_call_path_keeps_every_value_check():
+    # issue #40 item 3: a repeated call (same system, integrator, options) skips the checks of those,
+    # never the checks of what changes per call: the context, the times
+    s, other = Decay(), Sampled()
+    ctx = s.create_default_context()
+    integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
+    js.simulate(s, ctx, 1.0, integ)
+    assert len(simulate_module._FAST) >= 1
+    with pytest.raises(js.JaxsysError, match="before the context's time"):
+        js.simulate(s, ctx.with_time(2.0), 1.0, integ)
+    with pytest.raises(js.JaxsysError, match="finite"):
+        js.simulate(s, ctx, float("nan"), integ)
+    with pytest.raises(js.JaxsysError, match="strictly increasing"):
+        js.simulate(s, ctx, 1.0, integ, save_at=np.array([0.5, 0.2]))
+    with pytest.raises(js.JaxsysError, match="scalar"):
+        js.simulate(s, ctx, np.array([1.0, 2.0]), integ)
+    with pytest.raises(js.JaxsysError):  # a context of another system
+        js.simulate(s, other.create_default_context(), 1.0, integ)
+    # and a float32 context asking for float64 accuracy is warned on every call, the repeated ones too
+    fine = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-9)
+    ctx32 = s.create_default_context(jnp.float32)
+    for _ in range(2):
+        with pytest.warns(js.PrecisionWarning):
+            js.simulate(s, ctx32, 0.1, fine)
+    # the repeated call gives the uncached call's answer
+    r = js.simulate(s, ctx, 1.0, integ)
+    simulate_module._ENTRY_CACHE["enabled"] = False
+    try:
+        ref = js.simulate(s, ctx, 1.0, integ)
+    finally:
+        simulate_module._ENTRY_CACHE["enabled"] = True
+    np.testing.assert_array_equal(
+        np.asarray(r.context.get_continuous_state_vector()), np.asarray(ref.context.get_continuous_state_vector())
+    )

@@ -77,6 +77,19 @@ class SystemCache(Generic[V]):
                 self._refs.pop(old_key[0], None)
         return value
 
+    def peek(self, system: Any, key: Hashable) -> V | None:
+        """The value for ``(system, key)``, or None when there is none (nothing is built)."""
+        full = (id(system), key)
+        entry = self._entries.get(full)
+        if entry is not None and entry[0]() is system:
+            self._entries.move_to_end(full)
+            return entry[1]
+        return None
+
+    def put(self, system: Any, key: Hashable, value: V) -> None:
+        """Keep ``value`` for ``(system, key)`` (it must not hold the system strongly)."""
+        self.get(system, key, lambda ref: value)
+
     def clear(self) -> None:
         """Drop every entry (and so every compiled program held here)."""
         self._entries.clear()

@@ -263,11 +263,46 @@ def simulate(
       does.
     """
     if integrator is None:
-        integrator = RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
+        integrator = _DEFAULT_INTEGRATOR
     if isinstance(save_at, (list, tuple)):  # a plain list of times, as a user writes it
         numbers = all(isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool) for t in save_at)
         save_at = np.asarray(save_at, dtype=np.float64) if numbers and save_at else save_at
-    _check_inputs(system, context, integrator, t_final, save_at, loop, dense_output)
+    cacheable = (
+        _ENTRY_CACHE["enabled"]
+        and not dense_output
+        and not _any_tracer((context, t_final, save_at, pending_witness_events))
+    )
+    fast_key: Any = None
+    if cacheable:
+        # a repeated call: the same system, integrator, functions and options (by identity) skip the
+        # checks and key building whose answers depend on those alone (issue #40: the per-call overhead)
+        fast_key = _fast_key(
+            integrator,
+            record,
+            monitor,
+            progress_meter,
+            throw,
+            start_time,
+            initialize,
+            updates_at_start,
+            log_capacity,
+            witness_iterations,
+            witness_isolation,
+            loop,
+            checkpoints,
+            at_least_one_step,
+            initial_step_size is None,
+            pending_witness_events is None,
+            context,
+        )
+        entry = None if fast_key is None else _FAST.peek(system, fast_key)
+        if entry is not None:
+            _check_values(system, context, t_final, save_at)
+            if entry.warn:
+                _warn_unreachable_accuracy(system, context, integrator)
+            return _run_entry(system, entry, context, t_final, save_at, pending_witness_events, initial_step_size)
+    _check_static(system, integrator, loop, dense_output)
+    _check_values(system, context, t_final, save_at)
     _warn_unreachable_accuracy(system, context, integrator)
     if monitor is not None and not callable(monitor):
         raise JaxsysError(f"simulate: monitor must be a function f(context) -> EventStatus or None; got {monitor!r}.")
@@ -299,9 +334,16 @@ def simulate(
         # (saves one step can span, while the save times are known: sizes the dense saving loop)
         dense_window=dense_window(save_at, integrator.max_step_size) if dense_output and save_at is not None else None,
     )
-    if _ENTRY_CACHE["enabled"] and not _any_tracer((system, context, t_final, save_at, pending_witness_events)):
-        return _compiled_run(system, program, context, t_final, save_at, pending_witness_events, options)
+    if cacheable and not _any_tracer(system):
+        entry = _entry(system, program, context, integrator, options)
+        if fast_key is not None:
+            _FAST.put(system, fast_key, entry)
+        return _run_entry(system, entry, context, t_final, save_at, pending_witness_events, initial_step_size)
     return _simulate_body(system, program, context, t_final, save_at, pending_witness_events, None, **options)
+
+
+# Drake's SimulatorConfig default (one instance: a call without an integrator is a repeated call too)
+_DEFAULT_INTEGRATOR = RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
 
 
 def _any_tracer(tree: Any) -> bool:
@@ -310,17 +352,86 @@ def _any_tracer(tree: Any) -> bool:
 
 _ENTRY_CACHE: dict[str, Any] = {"enabled": True, "traces": 0, "size": 64}
 _COMPILED: SystemCache[Any] = SystemCache("simulate", maxsize=64)
-_MODES: SystemCache[Any] = SystemCache("simulate modes", maxsize=256)
+# per (system, integrator, functions and options by identity): what _entry derived for them
+_FAST: SystemCache[_Entry] = SystemCache("simulate entries", maxsize=64)
 
 
-def _compiled_run(
+class _Key:
+    """A cache key whose hash is computed once (hashing an equinox Module walks its fields)."""
+
+    __slots__ = ("hash", "value")
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, _Key) and self.hash == other.hash and self.value == other.value)
+
+
+class _Entry:
+    """What an eager ``simulate`` call derives from its static arguments alone: the compiled run's key
+    (minus the times), whether its loop takes the times as arguments, the integrator template with a
+    traced accuracy, and whether its accuracy warrants the float32 warning. It holds the integrator and
+    the functions it was keyed on by identity, so their ids stay theirs while it lives."""
+
+    __slots__ = ("dynamic_times", "held", "integrator", "key", "options", "template", "warn")
+
+    def __init__(
+        self, integrator: Any, options: dict[str, Any], dynamic_times: bool, template: Any, key: _Key, warn: bool
+    ) -> None:
+        self.integrator = integrator
+        self.options = options
+        self.dynamic_times = dynamic_times
+        self.template = template
+        self.key = key
+        self.warn = warn
+        self.held = (options["record"], options["monitor"], options["progress_meter"])
+
+
+def _fast_key(integrator: Any, *rest: Any) -> Any:
+    """The identity key of a call's static arguments (None when one of them is not hashable)."""
+    *others, context = rest
+    record, monitor, progress_meter, *flags = others
+    t0 = context.get_time()
+    key = (id(integrator), id(record), id(monitor), id(progress_meter), getattr(t0, "dtype", None), *flags)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _entry(system: System, program: EventProgram, context: Context, integrator: Any, options: dict[str, Any]) -> _Entry:
+    """The static part of an eager call (see `_Entry`)."""
+    scan_possible = integrator.get_fixed_step_mode() and not integrator.can_fail()
+    # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
+    # recompile (the cache key holds the integrator with a placeholder accuracy)
+    traced = integrator.target_accuracy is not None and not integrator.get_fixed_step_mode()
+    template = integrator._with_traced_accuracy("traced") if traced else None
+    key_options = dict(options, integrator=template) if traced else dict(options)
+    key_options["initial_step_size"] = options.get("initial_step_size") is None  # (a value: an argument)
+    key = _Key(tuple(sorted((k, _hashable(v)) for k, v in key_options.items())))
+    warn = (
+        not integrator.get_fixed_step_mode()
+        and integrator.target_accuracy is not None
+        and isinstance(integrator.get_accuracy_in_use(), (int, float))
+        and integrator.get_accuracy_in_use() < accuracy_floor(context.get_time().dtype)
+    )
+    return _Entry(integrator, options, not program and not scan_possible, template, key, warn)
+
+
+def _run_entry(
     system: System,
-    program: EventProgram,
+    entry: _Entry,
     context: Context,
     t_final: Any,
     save_at: Any,
     pending: Any,
-    options: dict[str, Any],
+    h0: Any,
 ) -> SimulationResult:
     """An eager ``simulate`` call: one compiled function per configuration, reused by later calls.
 
@@ -331,29 +442,15 @@ def _compiled_run(
     events (their logs are sized from the horizon) bake the times in: a new horizon compiles anew.
     Compiled with ``equinox.filter_jit``, so run-time errors arrive as clean ``EquinoxRuntimeError``.
     """
-    integrator = options["integrator"]
+    integrator, options, dynamic_times = entry.integrator, entry.options, entry.dynamic_times
+    traced_accuracy = entry.template is not None
     c_t0, c_tf = float(concrete(context.get_time())), float(concrete(t_final))
-
-    def mode(ref: Any) -> tuple[bool, Any]:
-        # (a method call on an equinox Module costs ~0.1 ms: asked once per configuration)
-        scan_possible = integrator.get_fixed_step_mode() and not integrator.can_fail()
-        # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
-        # recompile (the cache key holds the integrator with a placeholder accuracy)
-        traced = integrator.target_accuracy is not None and not integrator.get_fixed_step_mode()
-        template = integrator._with_traced_accuracy("traced") if traced else None
-        return (not program and not scan_possible, template)
-
-    dynamic_times, template = _MODES.get(system, integrator, mode)
-    traced_accuracy = template is not None
     c_ts = None if save_at is None else np.asarray(concrete(save_at), dtype=np.float64).reshape(-1)
     if dynamic_times:
         times_key: Any = ("dynamic", None if c_ts is None else c_ts.shape[0])
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
-    h0 = options.get("initial_step_size")
-    key_options = dict(options, integrator=template) if traced_accuracy else dict(options)
-    key_options["initial_step_size"] = h0 is None  # (a value: an argument, not in the key)
-    key = (times_key, tuple(sorted((k, _hashable(v)) for k, v in key_options.items())), pending is None)
+    key = (times_key, entry.key, pending is None)
     monitor = options.get("monitor")
 
     def build(ref: Any) -> Any:
@@ -383,7 +480,7 @@ def _compiled_run(
 
         return eqx.filter_jit(body)
 
-    _COMPILED.maxsize = _ENTRY_CACHE["size"]
+    _COMPILED.maxsize = _FAST.maxsize = _ENTRY_CACHE["size"]
     compiled = _COMPILED.get(system, key, build)
     dtype = context.get_time().dtype
     tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
@@ -498,7 +595,7 @@ def _simulate_body(
 
 def _times_ok(t0: Array, t_final: Array, ts: Array) -> Array:
     """The run-time check of times that were traced: finite, t0 <= t_final, save times finite, strictly
-    increasing and within [t0, t_final] (the eager checks of `_check_inputs`, inside jit)."""
+    increasing and within [t0, t_final] (the eager checks of `_check_values`, inside jit)."""
     ok = jnp.isfinite(t0) & jnp.isfinite(t_final) & (t_final >= t0)
     if ts.shape[0]:
         scale = jnp.maximum(1.0, jnp.abs(t_final))
@@ -553,20 +650,10 @@ def _warn_unreachable_accuracy(system: System, context: Context, integrator: Int
         )
 
 
-def _check_inputs(
-    system: System,
-    context: Context,
-    integrator: IntegratorBase,
-    t_final: Any,
-    save_at: Any,
-    loop: str,
-    dense_output: bool,
-) -> None:
-    """Eager checks of simulate's arguments (those whose values are known while tracing); the traced
-    ones are checked in the run (`_time_status`)."""
+def _check_static(system: System, integrator: Any, loop: str, dense_output: bool) -> None:
+    """Eager checks of simulate's static arguments (the system, the integrator, the options)."""
     if not isinstance(system, System):
         raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
-    system.validate_context(context)
     if isinstance(integrator, type) and issubclass(integrator, IntegratorBase):
         raise JaxsysError(
             f"simulate: integrator is the class {integrator.__name__}; pass an instance, e.g. "
@@ -577,8 +664,32 @@ def _check_inputs(
             f"simulate: integrator must be an integrator instance (an IntegratorBase, e.g. "
             f"js.RungeKutta3Integrator()); got {type(integrator).__name__}."
         )
+    if dense_output and not integrator.supports_dense_output():
+        raise JaxsysError(
+            f"simulate: dense_output=True needs an integrator with a continuous extension (the explicit "
+            f"Runge-Kutta ones); {type(integrator).__name__} has none. Leave dense_output off: save_at "
+            f"times are then reached by stepping to them."
+        )
+    if loop not in ("bounded", "checkpointed"):
+        raise JaxsysError(f"simulate: loop must be 'bounded' or 'checkpointed'; got {loop!r}.")
+
+
+def _floating(value: Any) -> tuple[bool, Any]:
+    """Whether ``value`` (an array or a number) has a real floating dtype, and that dtype."""
+    dt = getattr(value, "dtype", None)
+    if dt is None:
+        dt = jnp.result_type(value)
+    return bool(jnp.issubdtype(dt, jnp.floating)), dt
+
+
+def _check_values(system: System, context: Context, t_final: Any, save_at: Any) -> None:
+    """Eager checks of simulate's arguments that change from call to call (the context, the times),
+    where their values are known while tracing; the traced ones are checked in the run (`_times_ok`)."""
+    if not isinstance(system, System):
+        raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
+    system.validate_context(context)
     t0 = context.get_time()
-    if jnp.ndim(t0) != 0:
+    if np.ndim(t0) != 0:
         raise JaxsysError(
             f"simulate: the context of System {system.get_system_id_string()} is batched (its time has shape "
             f"{tuple(jnp.shape(t0))}); "
@@ -586,20 +697,23 @@ def _check_inputs(
             f"jax.vmap(lambda c: js.simulate(system, c, ...))(contexts)."
         )
     for what, value in (("time", t0), ("continuous state", context.get_continuous_state_vector())):
-        dt = jnp.result_type(value)
-        if not jnp.issubdtype(dt, jnp.floating):
+        ok, dt = _floating(value)
+        if not ok:
             raise JaxsysError(
                 f"simulate: the context's {what} (System {system.get_system_id_string()}) has dtype "
                 f"{jnp.dtype(dt).name}; simulate needs "
                 f"a real floating dtype (create the context with create_default_context(jnp.float32) or "
                 f"(jnp.float64)). A complex state integrates as its real and imaginary parts: declare both."
             )
-    try:
-        # (np.shape: a list is a shape error here, not a JAX deprecation warning, or an error later)
-        tf_shape = tuple(np.shape(t_final))
-        tf_kind = "O" if isinstance(t_final, (list, tuple)) else jnp.dtype(jnp.result_type(t_final)).kind
-    except TypeError:
-        tf_shape, tf_kind = tuple(np.shape(t_final)), "O"
+    if isinstance(t_final, (int, float)) and not isinstance(t_final, bool):
+        tf_shape, tf_kind = (), "f"
+    else:
+        try:
+            # (np.shape: a list is a shape error here, not a JAX deprecation warning, or an error later)
+            tf_shape = tuple(np.shape(t_final))
+            tf_kind = "O" if isinstance(t_final, (list, tuple)) else jnp.dtype(jnp.result_type(t_final)).kind
+        except TypeError:
+            tf_shape, tf_kind = tuple(np.shape(t_final)), "O"
     if tf_shape != () or tf_kind not in "iuf":
         raise JaxsysError(
             f"simulate: t_final must be a real scalar time in seconds; got {type(t_final).__name__} of shape "
@@ -623,14 +737,6 @@ def _check_inputs(
             f"simulate: t_final={float(c_tf)} is before the context's time {float(c_t0)} (Drake: "
             f"'boundary_time >= context->get_time()' failed)."
         )
-    if dense_output and not integrator.supports_dense_output():
-        raise JaxsysError(
-            f"simulate: dense_output=True needs an integrator with a continuous extension (the explicit "
-            f"Runge-Kutta ones); {type(integrator).__name__} has none. Leave dense_output off: save_at "
-            f"times are then reached by stepping to them."
-        )
-    if loop not in ("bounded", "checkpointed"):
-        raise JaxsysError(f"simulate: loop must be 'bounded' or 'checkpointed'; got {loop!r}.")
 
 
 def _start_events(
