@@ -79,6 +79,8 @@ WIDTH_MAX = 64
 # KEEP_MAX]. Measured on S2a-grad (11,700 passes of a 100-byte carry): 512 (no re-run) 12.7 ms,
 # 256 14.2 ms, 64 14.9 ms; with 100 save times (117 passes per entry) 28.7 ms for each.
 KEEP_BYTES = 64 * 1024
+# the largest re-run buffer (``width`` carries) allowed to avoid a second level of re-running
+ONE_LEVEL_BYTES = 1024 * 1024
 KEEP_MAX = 512
 # passes of the segments replayed by a scan's VJP (at most width; 32: 15 ms on S2a-grad, 16: 15.5 ms)
 SEGMENT = 32
@@ -126,6 +128,11 @@ class LoopSpec:
         self.cap = int(np.prod(bounded_levels(max_steps, carry_bytes)))
         # the largest stride the forward run can reach, and the levels of cutting that bring it to width
         t_max = self.segment * _next_pow2_int(-(-self.cap // (self.keep * self.segment)))
+        # one level of re-running where its buffer stays small: each level is one more copy of the
+        # loop's body in the compiled program (compile time of a gradient through a hybrid system:
+        # issue #40 item 5)
+        if t_max > self.segment * self.width and (t_max // self.segment) * carry_bytes <= ONE_LEVEL_BYTES:
+            self.width = t_max // self.segment
         depth = 0
         while self.segment * self.width**depth < t_max:
             depth += 1

@@ -151,9 +151,13 @@ def isolate_crossing(
 
     # confirm the detected bracket with trial steps (interior samples came from the extension)
     # (a trial step only where the bracket's end is inside the step: at its ends the values are known)
-    g_lo0 = jax.lax.cond(jnp.any(candidates & (lo0 > 0)), lambda: per_witness(lo0), lambda: w0_)
+    # (both ends in one batched evaluation: one copy of the trial step in the program, not two)
+    g_lo0, g_hi0 = jax.lax.cond(
+        jnp.any(candidates & ((lo0 > 0) | (hi0 < h_))),
+        lambda: tuple(jax.vmap(per_witness)(jnp.stack([lo0, jnp.minimum(hi0, h_)]))),
+        lambda: (w0_, w1_),
+    )
     g_lo0 = jnp.where(lo0 <= 0, w0_, g_lo0)
-    g_hi0 = jax.lax.cond(jnp.any(candidates & (hi0 < h_)), lambda: per_witness(jnp.minimum(hi0, h_)), lambda: w1_)
     g_hi0 = jnp.where(hi0 >= h_, w1_, g_hi0)
     confirmed = candidates & program.triggered(g_lo0, g_hi0)
     whole = candidates & ~confirmed & program.triggered(w0_, w1_)  # else fall back to the whole step
@@ -173,19 +177,19 @@ def isolate_crossing(
     # land on the bracket's triggered end (where the search saw the witness triggered), but at least
     # one window into the step (time must move, also when the crossing is at the step's very start)
     tau_hi = sg(jnp.where(isolated, jnp.clip(hi[first], window_, h_), h_))
-    # the events that fire are judged on the state actually kept (if rounding left it untriggered,
-    # none fire now: the next step starts a hair before the crossing and finds it again)
-    trig = fired_at(all_values(tau_hi, *consts))
-    j = jnp.argmax(trig)
 
     def g(tau: Array) -> Array:
-        """Witness j after a trial step of ``tau``: the function whose zero the search found."""
-        return values_at(tau)[j]
+        """The first witness after a trial step of ``tau``: the function whose zero the search found."""
+        return values_at(tau)[first]
 
     # the landing fraction: tau_hi's value, with the derivatives of the zero of g (to any order)
     tau = jnp.where(isolated, crossing_fraction(g, tau_hi), h)
+    x_land = step_to(tau)
+    # the events that fire are judged on the state actually kept (if rounding left it untriggered,
+    # none fire now: the next step starts a hair before the crossing and finds it again)
+    trig = fired_at(program.witness_values(make_ctx(sg(t + tau), sg(x_land))))
     trig = jnp.where(isolated, trig, program.triggered(w0, w1))
-    return t + tau, step_to(tau), trig, isolated
+    return t + tau, x_land, trig, isolated
 
 
 def crossing_fraction(g: Callable[[Array], Array], tau: Array) -> Array:
