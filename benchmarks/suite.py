@@ -1071,6 +1071,71 @@ def case_sampled_pid():
     ]
 
 
+def two_wall_ball():
+    """A ball between a floor (z = 0) and a ceiling (z = 2): two witnesses with resets (v <- -e v)."""
+    import dataclasses
+
+    class TwoWallBall(js.LeafSystem):
+        def __init__(self) -> None:
+            super().__init__("two_wall_ball")
+            self.declare_continuous_state(num_q=1, num_v=1, num_z=0, default=[1.0, 3.0])
+            self.declare_numeric_parameter([9.81, 0.9, 2.0])
+            for name, w in (("floor", self.floor), ("ceiling", self.ceiling)):
+                self.declare_witness_function(
+                    name, "positive_then_non_positive", w, js.UnrestrictedUpdateEvent(self.bounce)
+                )
+
+        def floor(self, c):
+            return c.get_continuous_state_vector()[0]
+
+        def ceiling(self, c):
+            return c.get_numeric_parameter(0)[2] - c.get_continuous_state_vector()[0]
+
+        def bounce(self, context, state):
+            x = state.continuous_state.get_vector()
+            new = dataclasses.replace(
+                state.continuous_state, x=x * jnp.stack([1.0, -context.get_numeric_parameter(0)[1]])
+            )
+            return dataclasses.replace(state, continuous_state=new)
+
+        def do_calc_time_derivatives(self, context):
+            v = context.get_continuous_state_vector()[1]
+            return jnp.stack([v, -context.get_numeric_parameter(0)[0] + 0.0 * v])
+
+    return TwoWallBall()
+
+
+def case_compile_hybrid():
+    """Issue #40 item 5: compile time of derivatives through a hybrid system, as a notebook user meets
+    it: ``jax.jit`` of ``grad``, ``vmap(grad)`` (8 members) and ``jacfwd`` of the height at t = 2 s
+    with respect to the restitution, through the bounces of a ball between a floor and a ceiling (two
+    witnesses with resets), float64. "compile" is the first call (trace, lowering, XLA), "run" the
+    second. Goals: jit(grad) < 5 s, vmap(grad) < 8 s. Each row builds a new system (nothing reused)."""
+    rows = []
+    for label, make in (
+        ("RK5 1e-8", lambda: js.RungeKutta5Integrator(target_accuracy=1e-8)),
+        ("Radau3 1e-6", lambda: js.RadauIntegrator(target_accuracy=1e-6)),
+    ):
+        for kind in ("jit(grad)", "jit(vmap(grad))", "jit(jacfwd)"):
+            if label.startswith("Radau") and kind != "jit(grad)":
+                continue
+            ball, integ = two_wall_ball(), make()
+            ctx = ball.create_default_context()
+
+            def height(e, ball=ball, ctx=ctx, integ=integ):
+                c = ctx.with_numeric_parameter(0, jnp.stack([9.81, e, 2.0]))
+                return js.simulate(ball, c, 2.0, integ).context.get_continuous_state_vector()[0]
+
+            if kind == "jit(grad)":
+                fn, arg = jax.jit(jax.grad(height)), jnp.asarray(0.9)
+            elif kind == "jit(vmap(grad))":
+                fn, arg = jax.jit(jax.vmap(jax.grad(height))), jnp.linspace(0.8, 0.95, 8)
+            else:
+                fn, arg = jax.jit(jax.jacfwd(height)), jnp.asarray(0.9)
+            rows.append((f"{kind}, {label}", *timeit(fn, arg, repeats=9)))
+    return "S4-compile derivatives through a ball between two walls (compile = first call)", rows
+
+
 def case_bouncing_ball():
     """S4: bouncing ball with witness-isolated impacts, Dopri5 1e-8, 5 s."""
     from jaxsys.examples import BouncingBall
@@ -1447,6 +1512,7 @@ def main() -> None:
         ("S3d", case_stiff_batch),
         ("S5", case_sampled_pid),
         ("S4", case_bouncing_ball),
+        ("S4-compile", case_compile_hybrid),
         ("S6-1", lambda: case_batch(1)),
         ("S6-64", lambda: case_batch(64)),
         ("S6-1024", lambda: case_batch(1024)),

@@ -82,6 +82,12 @@ KEEP_BYTES = 64 * 1024
 # the largest re-run buffer (``width`` carries) allowed to avoid a second level of re-running
 ONE_LEVEL_BYTES = 1024 * 1024
 KEEP_MAX = 512
+# Loop bodies of more equations than this are replayed by the masked replay alone, full segments
+# included: one copy of the body's VJP in the program, not two. Measured on this CPU: the two-wall
+# ball (RK5 and witnesses, 1,750 equations) jit(grad) 6.0 -> 4.4 s to compile, its run unchanged;
+# the S2a-grad pendulum (RK3, 314 equations) would run 33% slower masked (11.1 -> 14.7 ms) and
+# compiles in 1.6 s either way: small bodies keep both replays.
+ONE_REPLAY_EQNS = 1000
 # passes of the segments replayed by a scan's VJP (at most width; 32: 15 ms on S2a-grad, 16: 15.5 ms)
 SEGMENT = 32
 
@@ -114,6 +120,7 @@ class LoopSpec:
         self.max_steps = max_steps
         # (set by analysed)
         self.guarded = False
+        self.one_replay = False
         self.c_diff: list[int] = []
         self.bc_diff: list[int] = []
         carry_bytes = sum(int(np.prod(jnp.shape(x))) * jnp.result_type(x).itemsize for x in leaves)
@@ -148,6 +155,7 @@ class LoopSpec:
         spec = copy.copy(self)
         jaxpr = jax.make_jaxpr(self.step)(cl, bc)
         spec.guarded = _has_side_effects(jaxpr)
+        spec.one_replay = _count_eqns(jaxpr.jaxpr) > ONE_REPLAY_EQNS
         spec.bc_diff = [i for i, x in enumerate(bc) if bc_nonzero[i] and _is_inexact(x)]
         inexact = [_is_inexact(x) for x in cl]
         nz = [z and e for z, e in zip(c_nonzero, inexact)]
@@ -223,13 +231,14 @@ class LoopSpec:
 
     def checkpointed(self, cl: list[Array], bcl: list[Array], ccl: list[Array]) -> tuple[Any, ...]:
         """The loop, keeping every ``T``-th carry in a buffer of ``keep`` (``T`` doubles, every other
-        checkpoint dropped, when the buffer is full): ``(final carry, passes, buffers, T)``.
+        checkpoint dropped, when the buffer is full): ``(final carry, passes, buffers, T)``; the
+        checkpoint of pass ``k * T`` is in slot `slot` ``(T, k)``.
 
-        A loop of chunks of ``T`` passes: a checkpoint per chunk, no test or write per pass (a
-        conditional per pass costs more than a small system's step). The chunks run until the buffer
-        is full; a loop that runs only when the run goes on then thins it and fills it again (a
-        conditional or a select of the buffers per chunk or per entry copies them: 0.8 ms of
-        S2a-grad's 3.7 ms forward run, or 50 KB per entry of a saving loop's inner runs)."""
+        One loop of chunks of ``T`` passes, a checkpoint per chunk, no test or write per pass (a
+        conditional per pass costs more than a small system's step). Thinning moves nothing: the
+        checkpoints kept stay in their slots and the new ones take the slots of those dropped (a
+        conditional or a select of the buffers per chunk copies them: 0.8 ms of S2a-grad's 3.7 ms
+        forward run), so the loop's body is in the program once (compile time, issue #40 item 5)."""
         bufs0 = [jnp.zeros((self.keep, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
 
         def going(cl: list[Array], n: Array) -> Array:
@@ -237,7 +246,11 @@ class LoopSpec:
 
         def chunk(s: Any) -> Any:
             cl, n, bufs, t, j = s
-            bufs = [_put(b, j, x) for b, x in zip(bufs, cl)]
+            full = j == self.keep
+            t = jnp.where(full, 2 * t, t)
+            j = jnp.where(full, self.keep // 2, j)
+            at = self.slot(t, j)
+            bufs = [_put(b, at, x) for b, x in zip(bufs, cl)]
             end = n + t
 
             def cond(s: Any) -> Any:
@@ -249,15 +262,6 @@ class LoopSpec:
             cl, n = jax.lax.while_loop(cond, body, (cl, n))
             return cl, n, bufs, t, j + 1
 
-        def fill(s: Any) -> Any:
-            return jax.lax.while_loop(lambda s: (s[4] < self.keep) & going(s[0], s[1]), chunk, s)
-
-        def thin(s: Any) -> Any:
-            # (entered only with the buffer full: a run that goes on past keep * T passes)
-            cl, n, bufs, t, j = s
-            bufs = [jnp.concatenate([b[0::2], b[self.keep // 2 :]]) for b in bufs]
-            return fill((cl, n, bufs, 2 * t, jnp.full_like(j, self.keep // 2)))
-
         init = (
             list(cl),
             jnp.zeros((), jnp.int32),
@@ -265,8 +269,20 @@ class LoopSpec:
             jnp.asarray(self.segment, jnp.int32),
             jnp.zeros((), jnp.int32),
         )
-        cl, n, bufs, t, _ = jax.lax.while_loop(lambda s: going(s[0], s[1]), thin, fill(init))
+        cl, n, bufs, t, _ = jax.lax.while_loop(lambda s: going(s[0], s[1]), chunk, init)
         return cl, n, bufs, t
+
+    def slot(self, t: Array, k: Array) -> Array:
+        """The buffer slot of checkpoint ``k`` (pass ``k * t``) while checkpoints are ``t`` passes
+        apart: each thinning keeps the even checkpoints where they are (checkpoint ``i`` of the
+        thinner spacing was ``2 i``) and gives the new ones (``i >= keep / 2``) the slots of the odd
+        ones dropped (``2 (i - keep / 2) + 1``)."""
+        half = self.keep // 2
+        levels = max(1, int(np.ceil(np.log2(max(self.cap // (self.keep * self.segment), 1)))) + 1)
+        for lv in range(levels, 0, -1):  # from the thinnest spacing down to the first
+            deeper = t >= self.segment * 2**lv
+            k = jnp.where(deeper, jnp.where(k < half, 2 * k, 2 * (k - half) + 1), k)
+        return k
 
     def cutting(self, depth: int, length: Array) -> tuple[Array, Array]:
         """``(stride, pieces)``: a segment of ``length`` passes cut into at most ``width`` pieces of
@@ -309,7 +325,9 @@ class LoopSpec:
 
     def replay_any(self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
         """`replay` of a segment, full or not (a conditional: under ``vmap``, full only when
-        every member's is)."""
+        every member's is; a body larger than ``ONE_REPLAY_EQNS`` always by the masked replay)."""
+        if self.one_replay:
+            return self.replay(start, length, ct, bcl, masked=True)
         return jax.lax.cond(
             eqxi.unvmap_all(length == self.segment),
             lambda a: self.replay(*a, masked=False),
@@ -377,7 +395,7 @@ class LoopSpec:
             cps = bufs
             if self.depth > 0:
                 # (the segment's first carry, then its other pieces' re-run; none while plain)
-                start = [b[k] for b in bufs]
+                start = [b[self.slot(t, k)] for b in bufs]
                 cps = [_put(b, 0, x) for b, x in zip(pbufs0, start)]
                 cps = self.rerun(start, cps, jnp.where(plain, 1, pieces), stride, bcl)
 
@@ -386,9 +404,9 @@ class LoopSpec:
                 i = i - 1
                 # (plain: the forward run's own segments)
                 piece = (
-                    [b[i] for b in bufs]
+                    [b[self.slot(t, i)] for b in bufs]
                     if self.depth == 0
-                    else [jnp.where(plain, b[i], c[i]) for b, c in zip(bufs, cps)]
+                    else [jnp.where(plain, b[self.slot(t, i)], c[i]) for b, c in zip(bufs, cps)]
                 )
                 ct, gi = self.sweep(self.depth - 1, piece, jnp.minimum(stride, length - i * stride), ct, bcl)
                 return i, ct, [a + b for a, b in zip(g, gi)]
@@ -422,6 +440,19 @@ class LoopSpec:
     def res_diff(self, res: list[Any]) -> list[Any]:
         cl, bcl, _, _, _, _ = self.split_res(res)
         return self.diff_of(cl, bcl)
+
+
+def _count_eqns(jaxpr: Any) -> int:
+    """The number of equations of ``jaxpr``, those of its sub-jaxprs (loop bodies, branches) included."""
+    n = 0
+    for eqn in jaxpr.eqns:
+        n += 1
+        for p in eqn.params.values():
+            for sub in p if isinstance(p, (list, tuple)) else (p,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += _count_eqns(inner)
+    return n
 
 
 def _put(buf: Array, i: Any, x: Array) -> Array:
