@@ -79,8 +79,9 @@ WIDTH_MAX = 64
 # KEEP_MAX]. Measured on S2a-grad (11,700 passes of a 100-byte carry): 512 (no re-run) 12.7 ms,
 # 256 14.2 ms, 64 14.9 ms; with 100 save times (117 passes per entry) 28.7 ms for each.
 KEEP_BYTES = 64 * 1024
-# the largest re-run buffer (``width`` carries) allowed to avoid a second level of re-running
-ONE_LEVEL_BYTES = 1024 * 1024
+# the largest re-run buffer (``width`` carries) allowed to avoid a second level of re-running: twice
+# the checkpoint buffer's bound (under vmap every member has its own, so it stays small)
+ONE_LEVEL_BYTES = 128 * 1024
 KEEP_MAX = 512
 # Loop bodies of more equations than this are replayed by the masked replay alone, full segments
 # included: one copy of the body's VJP in the program, not two. Measured on this CPU: the two-wall
