@@ -3,7 +3,16 @@
 import os
 import sys
 
-import jax
+
+# One BLAS thread per process: the suite runs two workers on two cores, and each notebook kernel and
+# example script is a further process (they inherit this). OpenBLAS threads that spin while the other
+# core is busy slow SciPy's SLSQP loops several-fold under the parallel run (notebook 03 next to the
+# event-gradient tests: 228 s with two BLAS threads, 37 s with one; alone, 37 s either way). Set here,
+# before the workers start, unless the caller chose otherwise.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import jax  # noqa: E402
 
 
 jax.config.update("jax_enable_x64", True)
