@@ -39,6 +39,15 @@ class Sampled(js.LeafSystem):
         return context.get_discrete_state(0)
 
 
+def uncached(*args: Any, **kwargs: Any) -> Any:
+    """``js.simulate(*args, **kwargs)`` without the entry cache (the path under user transformations)."""
+    simulate_module._ENTRY_CACHE["enabled"] = False
+    try:
+        return js.simulate(*args, **kwargs)
+    finally:
+        simulate_module._ENTRY_CACHE["enabled"] = True
+
+
 def traces() -> int:
     return simulate_module._ENTRY_CACHE["traces"]
 
@@ -73,11 +82,7 @@ def test_a_new_tolerance_does_not_recompile_and_is_right():
     for acc in (1e-9, 1e-4, 1e-7):
         integ = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=acc)
         r = js.simulate(s, ctx, 1.0, integ)
-        simulate_module._ENTRY_CACHE["enabled"] = False
-        try:
-            direct = js.simulate(s, ctx, 1.0, integ)
-        finally:
-            simulate_module._ENTRY_CACHE["enabled"] = True
+        direct = uncached(s, ctx, 1.0, integ)
         assert int(r.stats.num_steps_taken) == int(direct.stats.num_steps_taken)
         np.testing.assert_allclose(
             r.context.get_continuous_state_vector(), direct.context.get_continuous_state_vector(), rtol=1e-14
@@ -100,11 +105,7 @@ def test_cached_and_direct_runs_agree_with_events(integ):
     ts = jnp.array([0.3, 0.75, 1.0])
     cached = js.simulate(s, ctx, 1.0, integ, save_at=ts)
     cached_again = js.simulate(s, ctx, 1.0, integ, save_at=ts)
-    simulate_module._ENTRY_CACHE["enabled"] = False
-    try:
-        direct = js.simulate(s, ctx, 1.0, integ, save_at=ts)
-    finally:
-        simulate_module._ENTRY_CACHE["enabled"] = True
+    direct = uncached(s, ctx, 1.0, integ, save_at=ts)
     for r in (cached, cached_again):
         np.testing.assert_array_equal(np.asarray(r.ys), np.asarray(direct.ys))
         np.testing.assert_array_equal(
@@ -160,11 +161,7 @@ def test_repeated_call_path_keeps_every_value_check():
             js.simulate(s, ctx32, 0.1, fine)
     # the repeated call gives the uncached call's answer
     r = js.simulate(s, ctx, 1.0, integ)
-    simulate_module._ENTRY_CACHE["enabled"] = False
-    try:
-        ref = js.simulate(s, ctx, 1.0, integ)
-    finally:
-        simulate_module._ENTRY_CACHE["enabled"] = True
+    ref = uncached(s, ctx, 1.0, integ)
     np.testing.assert_array_equal(
         np.asarray(r.context.get_continuous_state_vector()), np.asarray(ref.context.get_continuous_state_vector())
     )

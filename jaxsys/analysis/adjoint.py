@@ -156,7 +156,7 @@ class LoopSpec:
         spec = copy.copy(self)
         jaxpr = jax.make_jaxpr(self.step)(cl, bc)
         spec.guarded = _has_side_effects(jaxpr)
-        spec.one_replay = _count_eqns(jaxpr.jaxpr) > ONE_REPLAY_EQNS
+        spec.one_replay = count_eqns(jaxpr.jaxpr) > ONE_REPLAY_EQNS
         spec.bc_diff = [i for i, x in enumerate(bc) if bc_nonzero[i] and _is_inexact(x)]
         inexact = [_is_inexact(x) for x in cl]
         nz = [z and e for z, e in zip(c_nonzero, inexact)]
@@ -443,7 +443,7 @@ class LoopSpec:
         return self.diff_of(cl, bcl)
 
 
-def _count_eqns(jaxpr: Any) -> int:
+def count_eqns(jaxpr: Any) -> int:
     """The number of equations of ``jaxpr``, those of its sub-jaxprs (loop bodies, branches) included."""
     n = 0
     for eqn in jaxpr.eqns:
@@ -452,7 +452,7 @@ def _count_eqns(jaxpr: Any) -> int:
             for sub in p if isinstance(p, (list, tuple)) else (p,):
                 inner = getattr(sub, "jaxpr", sub)
                 if hasattr(inner, "eqns"):
-                    n += _count_eqns(inner)
+                    n += count_eqns(inner)
     return n
 
 

@@ -35,6 +35,7 @@ from ..framework.errors import JaxsysError
 from ..framework.event_status import REACHED_TERMINATION, EventStatus
 from ..framework.events import time_tolerance
 from ..framework.system import System
+from .adjoint import count_eqns
 from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, get_rest, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
@@ -83,9 +84,7 @@ def _large_dynamics(f: Callable[[Array, Array], Array], t: Array, x: Array) -> b
     57 s unrolled, 23 s rolled, the same fit)."""
     if x.shape[0] == 0:
         return False
-    from .adjoint import _count_eqns
-
-    return _count_eqns(jax.make_jaxpr(f)(t, x).jaxpr) > ROLLED_STAGES_MIN_EQNS
+    return count_eqns(jax.make_jaxpr(f)(t, x).jaxpr) > ROLLED_STAGES_MIN_EQNS
 
 
 def _default_record(context: Context) -> Array:
@@ -291,10 +290,8 @@ def simulate(
         # a repeated call: the same system, integrator, functions and options (by identity) skip the
         # checks and key building whose answers depend on those alone (issue #40: the per-call overhead)
         fast_key = _fast_key(
-            integrator,
-            record,
-            monitor,
-            progress_meter,
+            (integrator, record, monitor, progress_meter),
+            context,
             throw,
             start_time,
             initialize,
@@ -307,7 +304,6 @@ def simulate(
             at_least_one_step,
             initial_step_size is None,
             pending_witness_events is None,
-            context,
         )
         entry = None if fast_key is None else _FAST.peek(system, fast_key)
         if entry is not None:
@@ -392,7 +388,7 @@ class _Entry:
     traced accuracy, and whether its accuracy warrants the float32 warning. It holds the integrator and
     the functions it was keyed on by identity, so their ids stay theirs while it lives."""
 
-    __slots__ = ("dynamic_times", "held", "integrator", "key", "options", "template", "warn")
+    __slots__ = ("dynamic_times", "integrator", "key", "options", "template", "warn")
 
     def __init__(
         self, integrator: Any, options: dict[str, Any], dynamic_times: bool, template: Any, key: _Key, warn: bool
@@ -403,15 +399,12 @@ class _Entry:
         self.template = template
         self.key = key
         self.warn = warn
-        self.held = (options["record"], options["monitor"], options["progress_meter"])
 
 
-def _fast_key(integrator: Any, *rest: Any) -> Any:
-    """The identity key of a call's static arguments (None when one of them is not hashable)."""
-    *others, context = rest
-    record, monitor, progress_meter, *flags = others
-    t0 = context.get_time()
-    key = (id(integrator), id(record), id(monitor), id(progress_meter), getattr(t0, "dtype", None), *flags)
+def _fast_key(held: tuple[Any, ...], context: Context, *flags: Any) -> Any:
+    """The identity key of a call's static arguments: the ids of ``held`` (the integrator and the
+    functions), the context's dtype and the option values ``flags`` (None when one is not hashable)."""
+    key = (*map(id, held), getattr(context.get_time(), "dtype", None), *flags)
     try:
         hash(key)
     except TypeError:
@@ -698,9 +691,8 @@ def _floating(value: Any) -> tuple[bool, Any]:
 
 def _check_values(system: System, context: Context, t_final: Any, save_at: Any) -> None:
     """Eager checks of simulate's arguments that change from call to call (the context, the times),
-    where their values are known while tracing; the traced ones are checked in the run (`_times_ok`)."""
-    if not isinstance(system, System):
-        raise JaxsysError(f"simulate: expected a System, got {type(system).__name__}.")
+    where their values are known while tracing; the traced ones are checked in the run (`_times_ok`).
+    ``system`` is a System (`_check_static`, or a cached entry of it)."""
     system.validate_context(context)
     t0 = context.get_time()
     if np.ndim(t0) != 0:
