@@ -55,6 +55,7 @@ from .analysis.integrators import (
     RungeKutta4Integrator as RungeKutta4Integrator,
     RungeKutta5Integrator as RungeKutta5Integrator,
     SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
+    StepResult as StepResult,
 )
 from .analysis.linearize import (
     NotEquilibriumError as NotEquilibriumError,
@@ -291,6 +292,7 @@ __all__ = [
     "InputPortNotConnectedError",
     "Integrator",
     "IntegratorBase",
+    "StepResult",
     "IntegratorStatistics",
     "JaxsysError",
     "LeafContext",

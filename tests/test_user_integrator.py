@@ -161,3 +161,153 @@ def test_ecs_bridge(name):
     ref = js.simulate(s, s.create_default_context().with_continuous_state(jnp.array([1.0, 0.0])), 1.0, fixed)
     np.testing.assert_allclose(w.component(e, "state"), ref.context.get_continuous_state_vector(), atol=1e-10)
     np.testing.assert_allclose(w.component(e, "state"), _exact(1.0), atol=5e-3)
+
+
+# ----- an integrator with a state: the integrator protocol's init / step / next_state / refresh -----
+
+
+class AdamsBashforth2(js.IntegratorBase):
+    """The two-step Adams-Bashforth method with variable steps (2nd order, fixed step): its state is
+    the derivative at the previous point and the step from there. It starts with a Heun step, and
+    restarts with one wherever its history is stale: after an update changed the state or the
+    dynamics (``refresh``), or a step cut short at a witness crossing (``next_state``)."""
+
+    name: ClassVar[str] = "adams_bashforth2"
+    order: ClassVar[int] = 2
+    num_stages: ClassVar[int] = 1
+
+    def attempt_step(self, f, t, x, h, aux):  # (the stateless form: a Heun step)
+        k1 = f(t, x)
+        return x + 0.5 * h * (k1 + f(t + h, x + h * k1)), jnp.zeros_like(x), jnp.array(True)
+
+    def init(self, f, t, x, aux, events=False):
+        return (jnp.zeros_like(x), jnp.ones((), x.dtype), jnp.array(False)), 0
+
+    def step(self, f, t, x, h, aux, state, t_end, dense=False):
+        f_prev, h_prev, valid = state
+        f0 = f(t, x)
+
+        def adams():
+            r = h / h_prev
+            return x + h * ((1.0 + 0.5 * r) * f0 - 0.5 * r * f_prev)
+
+        def heun():
+            return x + 0.5 * h * (f0 + f(t + h, x + h * f0))
+
+        x_new = jax.lax.cond(valid, adams, heun)
+        evals = 1 + (~valid).astype(jnp.int32)
+        return js.StepResult(x_new, jnp.zeros_like(x), jnp.array(True), (f0, jnp.asarray(h, x.dtype)), evals)
+
+    def next_state(self, proposal, accepted, cut):
+        f0, h = proposal
+        return (f0, h, accepted & ~cut)
+
+    def refresh(self, state, changed):
+        f_prev, h_prev, valid = state
+        return (f_prev, h_prev, valid & ~changed)
+
+
+def _ab2_reference(x0, h, n, kicks=()):
+    """Adams-Bashforth 2 by hand on the oscillator (k = 10), restarting with Heun after each kick
+    (step index at whose start v += 1)."""
+    f = lambda x: np.array([x[1], -10.0 * x[0]])  # noqa: E731
+    x, f_prev, valid, evals = np.array(x0, float), None, False, 0
+    for i in range(n):
+        if i in kicks:
+            x, valid = x + np.array([0.0, 1.0]), False
+        f0 = f(x)
+        if valid:
+            x = x + h * (1.5 * f0 - 0.5 * f_prev)
+            evals += 1
+        else:
+            x = x + 0.5 * h * (f0 + f(x + h * f0))
+            evals += 2
+        f_prev, valid = f0, True
+    return x, evals
+
+
+class KickedOscillator(js.LeafSystem):
+    """q'' = -10 q, and v += 1 at t = 0.25, 0.5, 0.75, ... (a periodic unrestricted update)."""
+
+    def __init__(self):
+        super().__init__()
+        self.declare_continuous_state(2)
+        self.declare_periodic_unrestricted_update_event(0.25, 0.25, self.kick)
+
+    def do_calc_time_derivatives(self, context):
+        q, v = context.get_continuous_state_vector()
+        return jnp.stack([v, -10.0 * q])
+
+    def kick(self, context, state):
+        x = context.get_continuous_state_vector()
+        return state.with_continuous_state(x + jnp.array([0.0, 1.0]))
+
+
+def test_stateful_integrator_carries_its_history_through_every_loop():
+    # the same steps as the hand-written method on every path that steps: the fixed-step scan (with and
+    # without saves) and the while loop (the Simulator's advance)
+    s = js.examples.SpringMassDamper(damping=0.0, has_input=False)
+    ctx = s.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+    ab2 = AdamsBashforth2(max_step_size=0.01)
+    ref, evals = _ab2_reference([1.0, 0.0], 0.01, 100)
+    r = js.simulate(s, ctx, 1.0, ab2)
+    np.testing.assert_allclose(r.context.get_continuous_state_vector(), ref, rtol=0, atol=1e-12)
+    assert int(r.stats.num_derivative_evaluations) == evals == 101
+    # (the history is used: AB2 and Heun differ by far more than the tolerance here)
+    assert np.max(np.abs(ref - _ab2_reference([1.0, 0.0], 0.01, 100, kicks=range(100))[0])) > 1e-4
+    r2 = js.simulate(s, ctx, 1.0, ab2, save_at=np.array([0.5, 1.0]))
+    np.testing.assert_allclose(r2.ys[-1], ref, rtol=0, atol=1e-12)
+    sim = js.Simulator(s, ctx, ab2)
+    sim.advance_to(1.0)
+    np.testing.assert_allclose(sim.get_context().get_continuous_state_vector(), ref, rtol=0, atol=1e-12)
+    # second order: halving the step divides the error by ~4
+    e1 = np.abs(_ab2_reference([1.0, 0.0], 0.01, 100)[0] - _exact(1.0)).max()
+    e2 = np.abs(np.asarray(js.simulate(s, ctx, 1.0, AdamsBashforth2(max_step_size=0.005)).context.get_continuous_state_vector()) - _exact(1.0)).max()
+    assert 3.0 < e1 / e2 < 5.0
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_stateful_integrator_restarts_after_updates(dtype):
+    # updates that change the state refresh the integrator's state: a restart (Heun) after each kick,
+    # on the fixed-step scan and the while loop alike; float32 to its resolution
+    s = KickedOscillator()
+    ctx = s.create_default_context(dtype).with_continuous_state(jnp.array([1.0, 0.0], dtype))
+    ab2 = AdamsBashforth2(max_step_size=0.01)
+    ref, evals = _ab2_reference([1.0, 0.0], 0.01, 100, kicks=(25, 50, 75))
+    tol = 1e-12 if dtype == jnp.float64 else 2e-4  # (float32: 100 steps of rounding on values up to ~3)
+    r = js.simulate(s, ctx, 1.0, ab2)  # (the fixed-step scan)
+    np.testing.assert_allclose(r.context.get_continuous_state_vector(), ref, rtol=0, atol=tol)
+    assert int(r.stats.num_derivative_evaluations) == evals == 104
+    sim = js.Simulator(s, ctx, ab2)  # (the while loop)
+    sim.advance_to(1.0)
+    np.testing.assert_allclose(sim.get_context().get_continuous_state_vector(), ref, rtol=0, atol=tol)
+    # without the restarts (a stale history), the answer would be off by far more
+    stale = np.array(ref)
+    assert np.max(np.abs(_ab2_reference([1.0, 0.0], 0.01, 100)[0] - stale)) > 0.1
+
+
+def test_stateful_integrator_under_jit_vmap_grad_and_witnesses():
+    s = js.examples.SpringMassDamper(damping=0.0, has_input=False)
+    ctx = s.create_default_context()
+    ab2 = AdamsBashforth2(max_step_size=0.01)
+
+    def final_q(x0):
+        return js.simulate(s, ctx.with_continuous_state(x0), 1.0, ab2).context.get_continuous_state_vector()[0]
+
+    # a linear method on a linear system: the gradient is the first row of the step matrix product,
+    # which finite differences of the (linear) map give exactly up to rounding
+    g = jax.jit(jax.grad(final_q))(jnp.array([1.0, 0.0]))
+    e = np.eye(2)
+    fd = [(final_q(jnp.asarray(e[i])) - final_q(-jnp.asarray(e[i]))) / 2 for i in range(2)]
+    np.testing.assert_allclose(g, fd, rtol=1e-10)
+    np.testing.assert_allclose(g, [np.cos(W), np.sin(W) / W], atol=5e-3)
+    xs = jax.vmap(final_q)(jnp.array([[1.0, 0.0], [2.0, 0.0]]))
+    np.testing.assert_allclose(xs[1], 2.0 * xs[0], rtol=1e-12)
+    # a witness cuts a step: the history is stale there, the method restarts, the bounce is found
+    ball = js.examples.BouncingBall()
+    bctx = ball.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+    t_hit = np.sqrt(2.0 / 9.81)
+    r = js.simulate(ball, bctx, t_hit + 0.01, ab2, save_at=np.array([t_hit - 0.01, t_hit + 0.01]))
+    v_before, v_after = float(r.ys[0][1]), float(r.ys[1][1])
+    assert v_before < 0 < v_after
+    np.testing.assert_allclose(v_before, -9.81 * (t_hit - 0.01), rtol=1e-9)  # (free fall: AB2 is exact)

@@ -83,8 +83,8 @@ class FixedStepScan:
         self.first_updates = True
         self.events0 = events
         self.h = float(run.integrator.max_step_size)
-        # first same as last (without events): the carry holds the derivative at the current state
-        self.fsal = run.integrator.uses_fsal() and self.program is None
+        # the integrator protocol's evaluations per step, when static (None: counted in the carry)
+        self.step_evaluations: int | None = None
 
     def time_after(self, n: Array) -> Array:
         """Time after ``n`` steps."""
@@ -92,14 +92,15 @@ class FixedStepScan:
         return jnp.where(n == self.n_steps, run.t_final, run.t0 + n.astype(run.t0.dtype) * self.h)
 
     def context_of(self, t: Array, carry: Any) -> Context:
-        x, evc = carry
+        x, _, evc = carry
         ctx = self.run.context.with_time(t).with_continuous_state(x)
         return set_rest(ctx, evc[0]) if self.program is not None else ctx
 
     def step(self, carry: Any, n: Array) -> Any:
-        """Step ``n`` (from ``t0 + n h``). The carry is ``(x, event carry or FSAL derivative)``."""
-        run, h, integrator = self.run, self.h, self.run.integrator
-        x, evc = carry
+        """Step ``n`` (from ``t0 + n h``). The carry is ``(x, (the integrator's state, derivative
+        evaluations so far), the event carry or ())``."""
+        run, h = self.run, self.h
+        x, (istate, evals), evc = carry
         dtype = run.t0.dtype
         t = run.t0 + n.astype(dtype) * h
         meter, token = run.aux["progress"]
@@ -110,17 +111,36 @@ class FixedStepScan:
         else:
             t_next = jnp.where(n + 1 == self.n_steps, run.t_final, run.t0 + (n + 1).astype(dtype) * h)
             hn = t_next - t
-        if self.fsal:
-            x_new, _, _, k_end = integrator.attempt_step_fsal(run.f, t, x, hn, run.aux, evc, t_next)
-            return (x_new, k_end)
         if self.program is None:
-            return (integrator.attempt_step(run.f, t, x, hn, run.aux)[0], evc)
-        return self._event_step(x, evc, n, t, t_next, hn)
+            x_new, istate, evals = self._attempt(run.f, t, x, hn, run.aux, istate, evals, t_next, None)
+            return (x_new, (istate, evals), ())
+        return self._event_step(x, (istate, evals), evc, n, t, t_next, hn)
 
-    def _event_step(self, x: Array, evc: Any, n: Array, t: Array, t_next: Array, hn: Any) -> Any:
+    def _attempt(
+        self, f: Any, t: Array, x: Array, hn: Any, aux: Any, istate: Any, evals: Array, t_next: Array, taken: Any
+    ) -> tuple[Array, Any, Array]:
+        """Step 3 of the while loop, through the integrator protocol, every step accepted whole (a
+        method that can fail never runs here); ``taken``: False for a step an update stopped (None: all
+        are taken). Returns (x_new, the integrator's next state, evaluations so far)."""
+        integrator = self.run.integrator
+        res = integrator.step(f, t, x, hn, aux, istate, t_next)
+        yes = jnp.array(True) if taken is None else taken
+        new_state = integrator.next_state(res.proposal, yes, jnp.array(False))
+        if taken is not None:
+            new_state = jax.tree_util.tree_map(lambda a, b: jnp.where(taken, a, b), new_state, istate)
+        if isinstance(res.evaluations, int) and taken is None:
+            self.step_evaluations = res.evaluations  # (static: counted once at the end)
+        else:
+            evals = evals + (res.evaluations if taken is None else jnp.where(taken, res.evaluations, 0))
+        return res.x_new, new_state, evals
+
+    def _event_step(
+        self, x: Array, integ: Any, evc: Any, n: Array, t: Array, t_next: Array, hn: Any
+    ) -> Any:
         """One Drake step with events: updates at t, the step, publishes at t_next (none of it once an
         event handler stopped the run)."""
         run, program = self.run, self.program
+        istate, evals = integ
         rest, k_ev, logs, counts, status, t_stop, n_taken = evc
         can_stop = program.can_stop
         live = ~program.stopped(status) if can_stop else jnp.array(True)
@@ -135,7 +155,9 @@ class FixedStepScan:
         aux = dict(run.aux, v_to_qdot=step_aux(run.system, base)["v_to_qdot"])
         f = run.system.vector_field(base)
         x_start = base.get_continuous_state_vector()
-        x_new = run.integrator.attempt_step(f, t, x_start, hn, aux)[0]
+        # (updates that changed the state or the dynamics make what the integrator carries stale)
+        istate = run.integrator.refresh(istate, n_u + n_d > 0)
+        x_new, istate, evals = self._attempt(f, t, x_start, hn, aux, istate, evals, t_next, step if can_stop else None)
         after = set_rest(run.context.with_time(t_next).with_continuous_state(x_new), rest)
         k_ev, logs, n_p, p_status = program.publishes(after, k_ev, step, logs)
         status = program.fold_in(status, p_status)
@@ -144,7 +166,8 @@ class FixedStepScan:
             t_stop = jnp.where(live & ~step, t, jnp.where(step & program.stopped(status), t_next, t_stop))
         if can_stop:
             n_taken = n_taken + step.astype(jnp.int32)
-        return (x_new, (rest, k_ev, logs, counts + jnp.stack([n_p, n_d, n_u]), status, t_stop, n_taken))
+        evc = (rest, k_ev, logs, counts + jnp.stack([n_p, n_d, n_u]), status, t_stop, n_taken)
+        return (x_new, (istate, evals), evc)
 
     def steps(self, carry: Any, start: Any, length: int) -> Any:
         """``length`` steps from step index ``start``."""
@@ -157,12 +180,14 @@ class FixedStepScan:
         """The whole run, saving at the planned steps."""
         run, idx, n_steps = self.run, self.save_idx, self.n_steps
         ev = self.events0
+        istate, evals0 = run.integrator.init(run.f, run.t0, run.x0, run.aux, self.program is not None)
+        integ0 = (istate, jnp.asarray(evals0, jnp.int32))
         if self.program is not None:
             status0 = ev[6]
             t_stop0 = jnp.where(self.program.stopped(status0), run.t0, run.t_final)
-            carry0 = (run.x0, (ev[3], ev[1], ev[2], ev[4], status0, t_stop0, jnp.zeros((), jnp.int32)))
+            carry0 = (run.x0, integ0, (ev[3], ev[1], ev[2], ev[4], status0, t_stop0, jnp.zeros((), jnp.int32)))
         else:
-            carry0 = (run.x0, run.f(run.t0, run.x0) if self.fsal else ())
+            carry0 = (run.x0, integ0, ())
         n_save = int(run.ts.shape[0])
         m = int(idx[0]) if idx.size else 0
         if self.program is not None and n_save and m == 0:
@@ -180,7 +205,7 @@ class FixedStepScan:
 
     def _start_updates(self, carry: Any) -> Any:
         run, program = self.run, self.program
-        x, (rest, k_ev, logs, counts, status, t_stop, n_taken) = carry
+        x, integ, (rest, k_ev, logs, counts, status, t_stop, n_taken) = carry
         base = set_rest(run.context.with_time(run.t0).with_continuous_state(x), rest)
         gate = ~program.stopped(status) if program.can_stop else jnp.array(True)
         base, k_ev, n_u, n_d, u_status = program.updates(base, k_ev, gate)
@@ -189,7 +214,8 @@ class FixedStepScan:
             t_stop = jnp.where(program.stopped(status), run.t0, t_stop)
         counts = counts + jnp.stack([jnp.zeros((), jnp.int32), n_d, n_u])
         self.first_updates = False
-        return (base.get_continuous_state_vector(), (get_rest(base), k_ev, logs, counts, status, t_stop, n_taken))
+        evc = (get_rest(base), k_ev, logs, counts, status, t_stop, n_taken)
+        return (base.get_continuous_state_vector(), integ, evc)
 
     def _save_regular(self, carry0: Any, m: int, n_save: int) -> tuple[Any, Any]:
         """Save times on a regular grid of ``m`` steps: an outer scan over save intervals of an inner
@@ -228,16 +254,17 @@ class FixedStepScan:
     def output(self, carry: Any, buf: Any) -> LoopOutput:
         """The loop's output: statistics of n fixed steps; a non-finite end state is reported."""
         run, h, n_steps = self.run, self.h, self.n_steps
-        x, evc = carry
+        x, (_, evals), evc = carry
         dtype = run.t0.dtype
         ok = jnp.all(jnp.isfinite(x))
         n = jnp.asarray(n_steps, jnp.int32)
         last_h = (run.t_final - (run.t0 + (n_steps - 1) * h)) if n_steps else jnp.zeros((), dtype)
-        fsal = int(self.fsal)
+        per_step = self.step_evaluations or 0  # (the rest was counted in the carry)
+        evaluations = n * per_step + (evals if n_steps > 0 else 0)
         stats = make_statistics(
             steps=n,
             attempts=n,
-            evaluations=n * (run.integrator.num_evaluations() - fsal) + int(self.fsal and n_steps > 0),
+            evaluations=evaluations,
             shrinkages=jnp.zeros((), jnp.int32),
             substep_failures=jnp.zeros((), jnp.int32),
             smallest=jnp.full((), jnp.nan, dtype),

@@ -4,10 +4,9 @@
 * `Counters`: integer statistics and the run's status;
 * `FixedGrid`: fixed-step mode's grid origin (the last boundary) and steps since it;
 * `EventCarry`: discrete/abstract state, periodic-event counters, publish logs, event counts;
-* `Fsal`: the end-point derivative a first-same-as-last method reuses;
 * `DenseStep`: the last attempted step and its interpolation data (``dense_output``);
-* `NewtonCarry`: an implicit method's Jacobian and factorizations, and its Newton statistics;
-* `LoopState`: all of them with the continuous state.
+* `LoopState`: all of them with the continuous state and the integrator's own state (the integrator
+  protocol's: a first-same-as-last stage, a Newton cache; opaque to the loop).
 
 `Clock` and `Counters` keep their scalars packed in one vector each, behind named
 properties (``clock.t``, ``counters.attempts``) and a named ``replace(...)``: XLA's CPU runtime
@@ -29,7 +28,7 @@ import jax.numpy as jnp
 Array = jax.Array
 
 CLOCK_FIELDS = ("t", "h_try", "h_ideal", "smallest", "largest", "initial", "previous")
-COUNTER_FIELDS = ("steps", "attempts", "shrinkages", "substep_failures", "status", "at_minimum", "extra_evaluations")
+COUNTER_FIELDS = ("steps", "attempts", "shrinkages", "substep_failures", "status", "at_minimum", "evaluations")
 
 
 def _slot(fields: tuple[str, ...], name: str, doc: str) -> property:
@@ -83,8 +82,8 @@ class Counters(NamedTuple):
 
     Properties: `steps` (accepted), `attempts`, `shrinkages` (by error control), `substep_failures`
     (e.g. Newton failures), `status` (a `Status` code), `at_minimum`
-    (1 while error control is pinned at the minimum step), `extra_evaluations` (derivative
-    evaluations beyond those of the attempts: first-same-as-last refreshes).
+    (1 while error control is pinned at the minimum step), `evaluations` (derivative evaluations: the
+    integrator's start and its attempts).
     """
 
     packed: Array
@@ -95,13 +94,13 @@ class Counters(NamedTuple):
     substep_failures = _slot(COUNTER_FIELDS, "substep_failures", "Sub-step failures.")
     status = _slot(COUNTER_FIELDS, "status", "Status code (0 = ok).")
     at_minimum = _slot(COUNTER_FIELDS, "at_minimum", "1 while pinned at the minimum step.")
-    extra_evaluations = _slot(COUNTER_FIELDS, "extra_evaluations", "Derivative evaluations outside attempts.")
+    evaluations = _slot(COUNTER_FIELDS, "evaluations", "Derivative evaluations.")
 
     @staticmethod
-    def start(extra_evaluations: int = 0) -> Counters:
-        """All zero (status ok), with ``extra_evaluations`` already spent."""
+    def start(evaluations: Any = 0) -> Counters:
+        """All zero (status ok), with ``evaluations`` already spent."""
         values = {k: 0 for k in COUNTER_FIELDS}
-        values["extra_evaluations"] = extra_evaluations
+        values["evaluations"] = evaluations
         return Counters(_pack(COUNTER_FIELDS, jnp.int32, values))
 
     def replace(self, **changes: Array) -> Counters:
@@ -136,14 +135,6 @@ class EventCarry(NamedTuple):
     counts: Array
     witness_pending: Array
     status: Array
-
-
-class Fsal(NamedTuple):
-    """First same as last: ``k`` = f(t, x) at the current point, and whether it is still ``valid``
-    (events that change the state or the dynamics invalidate it)."""
-
-    k: Array
-    valid: Array
 
 
 class DenseStep(NamedTuple):
@@ -181,14 +172,6 @@ class DenseStep(NamedTuple):
         return x, x_new, (self.xs[2 * n :].reshape(-1, n) if n else None)
 
 
-class NewtonCarry(NamedTuple):
-    """An implicit method's Newton cache (Jacobian, factored iteration matrices), reused from step to
-    step, and its statistics (int32, in the order of ``integrators.newton.STAT_FIELDS``)."""
-
-    cache: Any
-    counts: Array
-
-
 class LoopState(NamedTuple):
     """The stepping loop's carry. Concerns a run does not have are ``()``."""
 
@@ -197,6 +180,5 @@ class LoopState(NamedTuple):
     counters: Counters
     grid: FixedGrid | tuple[()]
     events: EventCarry | tuple[()]
-    fsal: Fsal | tuple[()]
+    integrator: Any
     dense: DenseStep | tuple[()]
-    newton: NewtonCarry | tuple[()] = ()

@@ -10,9 +10,9 @@ This follows Drake's ``Simulator::Step`` (simulator.h), in the order the code be
 2. **Choose the step**: at most to the *boundary*, the earliest of the next periodic event time, the
    loop's target (the next save time, or ``t_final``); error control's step otherwise, with Drake's
    truncation and stretch rules (``IntegrateAtMost``). `choose_step`.
-3. **Attempt the step** with the integrator (reusing the first stage from the previous step's last,
-   "first same as last", when the method allows it and no update changed the state).
-   `StepLoop.attempt`.
+3. **Attempt the step** with the integrator protocol's ``step`` and the state the integrator carries
+   (``refresh``-ed when an update changed the state or the dynamics: a first-same-as-last stage is then
+   stale); after 4-5 the integrator's ``next_state`` says what it carries on. `StepLoop.attempt`.
 4. **Accept or reject** it: fixed steps are accepted if finite and the method succeeded; error
    control compares the weighted error norm with the accuracy, adjusts the next step
    (``CalcAdjustedStepSize``), and counts shrinkages and sub-step failures. A step whose Newton
@@ -56,9 +56,8 @@ from ..framework.context import Context
 from ..framework.event_status import FAILED, REACHED_TERMINATION
 from ..framework.events import time_tolerance
 from .event_loop import EventProgram, get_rest, set_rest
-from .integrators.base import step_aux
-from .integrators.newton import N_STATS
-from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, Fsal, LoopState, NewtonCarry
+from .integrators.base import StepResult, step_aux
+from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, LoopState
 from .loops import Run, WhileLoop
 from .recording import concrete, initial_saves, record_buffer, run_with_saving
 from .results import (
@@ -101,22 +100,6 @@ class StepStart(NamedTuple):
     stop: Array | None = None
     witness_active: Array | None = None
     timed: tuple[Array, Array, Array] | None = None
-
-
-class Attempt(NamedTuple):
-    """An attempted step (step 3): the new state, the error estimate, the method's own ``ok``, the
-    end-point derivative (first same as last), the interpolation data (dense output), the first stage
-    used, derivative evaluations spent outside the method's stages, and an implicit method's Newton
-    carry after the attempt (its cache is kept whether or not the step is accepted, as Drake's)."""
-
-    x_new: Array
-    err: Array
-    ok: Array
-    k_end: Any
-    interp: Any
-    k_first: Any
-    extra_evaluations: Array
-    newton: NewtonCarry | tuple[()] = ()
 
 
 def _may_save_at_start(ts: Array, t0: Array) -> bool:
@@ -167,11 +150,6 @@ class StepLoop:
         self.dense_window = dense_window
         self.while_loop = while_loop
         self.integrator = run.integrator
-        self.fsal = run.integrator.uses_fsal()
-        # whether the carried first stage may be stale when a step starts (updates before it, or the
-        # run's start with rolled stages): such steps say so to the integrator, which evaluates it
-        self.checked_fsal = self.fsal and (self.program is not None or bool(run.aux.get("rolled", False)))
-        self.newton = run.integrator.uses_newton_cache()
         self.has_state = run.x0.shape[0] > 0
         self.meter, self.token = run.aux["progress"]
 
@@ -185,33 +163,23 @@ class StepLoop:
             h_carried = jnp.asarray(self.initial_step, dtype)
             ok = jnp.isfinite(h_carried) & (h_carried > 0)
             h0 = jnp.where(ok, jnp.minimum(h_carried, integrator.max_step_size), h0)
-        extra = 0
-        if self.checked_fsal:
-            # the first step evaluates its first stage (inside its stage loop when rolled)
-            fsal: Fsal | tuple[()] = Fsal(jnp.zeros_like(x0), jnp.array(False))
-        elif self.fsal:
-            fsal, extra = Fsal(run.f(t0, x0), jnp.array(True)), 1
-        else:
-            fsal = ()
+        # what the method carries between steps (a first-same-as-last stage, a Newton cache), and the
+        # derivative evaluations its start made
+        istate, evaluations = integrator.init(run.f, t0, x0, run.aux, self.program is not None)
         dense: DenseStep | tuple[()] = ()
         if self.dense:
-            k_first = fsal.k if self.fsal else None
-            shapes = jax.eval_shape(
-                lambda: integrator.attempt_step_dense(run.f, t0, x0, jnp.asarray(h0, dtype), run.aux, k_first, t0)
-            )
-            data = shapes[4]
+            h0_ = jnp.asarray(h0, dtype)
+            shapes = jax.eval_shape(lambda: integrator.step(run.f, t0, x0, h0_, run.aux, istate, t0, True))
+            data = shapes.dense
             dense = DenseStep.make(t0, jnp.zeros((), dtype), x0, x0, jnp.zeros(data.shape, data.dtype))
         grid: FixedGrid | tuple[()] = ()
         if self.fixed:
             grid = FixedGrid(t0, jnp.zeros((), jnp.int32))
             h0 = integrator.max_step_size  # (a smaller h_try is a retry after a sub-step failure)
-        newton: NewtonCarry | tuple[()] = ()
-        if self.newton:
-            newton = NewtonCarry(integrator.init_newton_cache(x0), jnp.zeros((N_STATS,), jnp.int32))
-        counters = Counters.start(extra)
+        counters = Counters.start(evaluations)
         # a non-finite initial state stops the run before its first step, with the status that says so
         counters = counters.replace(status=jnp.where(jnp.all(jnp.isfinite(x0)), STATUS_OK, STATUS_NONFINITE))
-        return LoopState(x0, Clock.start(t0, h0), counters, grid, events0, fsal, dense, newton)
+        return LoopState(x0, Clock.start(t0, h0), counters, grid, events0, istate, dense)
 
     def running(self, s: LoopState) -> Array:
         """The run goes on: status ok, no event handler stopped it, and attempts left."""
@@ -244,7 +212,7 @@ class StepLoop:
             t,
             choice.h,
             attempt.x_new,
-            attempt.err,
+            attempt.error,
             attempt.ok,
             s.clock.h_try,
             s.counters.at_minimum,
@@ -320,40 +288,19 @@ class StepLoop:
         w_active = program.witness_activity(base)
         return StepStart(x, events, f, aux, make_ctx, boundary, n_u, n_d, stop, w_active, timed)
 
-    def attempt(self, s: LoopState, start: StepStart, choice: StepChoice) -> Attempt:
-        """Step 3: one step of the integrator from the updated state."""
-        integrator, t, x, h = self.integrator, s.clock.t, start.x, choice.h
-        extra = jnp.zeros((), jnp.int32)
-        k1: Any = None
-        if self.fsal:
-            k1, valid = s.fsal
-        if self.checked_fsal:
-            if self.program is not None:
-                # updates at the start of this step change the state or the dynamics
-                valid = valid & (start.n_u + start.n_d == 0)
-            extra = (~valid).astype(jnp.int32)
-            x_new, err, ok, k_end, interp, k1 = integrator.attempt_step_reusing(
-                start.f, t, x, h, start.aux, k1, valid, choice.t_new, self.dense
-            )
-        elif self.dense:
-            x_new, err, ok, k_end, interp = integrator.attempt_step_dense(start.f, t, x, h, start.aux, k1, choice.t_new)
-        elif self.fsal:
-            x_new, err, ok, k_end = integrator.attempt_step_fsal(start.f, t, x, h, start.aux, k1, choice.t_new)
-            interp = None
-        elif self.newton:
-            x_new, err, ok, cache, counts, evals = integrator.attempt_step_cached(
-                start.f, t, x, h, start.aux, s.newton.cache
-            )
-            k_end = interp = None
-            extra = extra + evals
-            return Attempt(x_new, err, ok, k_end, interp, k1, extra, NewtonCarry(cache, s.newton.counts + counts))
-        else:
-            x_new, err, ok = integrator.attempt_step(start.f, t, x, h, start.aux)
-            k_end = interp = None
-        return Attempt(x_new, err, ok, k_end, interp, k1, extra, s.newton)
+    def attempt(self, s: LoopState, start: StepStart, choice: StepChoice) -> StepResult:
+        """Step 3: one step of the integrator from the updated state (the integrator protocol's
+        ``step``, with its carried state; updates at this step's start that changed the state or the
+        dynamics first ``refresh`` it)."""
+        istate = s.integrator
+        if self.program is not None:
+            istate = self.integrator.refresh(istate, start.n_u + start.n_d > 0)
+        return self.integrator.step(
+            start.f, s.clock.t, start.x, choice.h, start.aux, istate, choice.t_new, self.dense
+        )
 
     def isolate_witnesses(
-        self, t: Array, start: StepStart, choice: StepChoice, attempt: Attempt, verdict: Verdict
+        self, t: Array, start: StepStart, choice: StepChoice, attempt: StepResult, verdict: Verdict
     ) -> tuple[Array, Array, Array, Array, Any, Array]:
         """Step 5: cut an accepted step from ``t`` back to just past the first witness crossing in it.
 
@@ -377,7 +324,7 @@ class StepLoop:
             status = self._witness_status(w0, w1, accept, verdict.status)
             trig = program.triggered(w0, w1) & accept
             return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), trig, status
-        f0 = attempt.k_first if attempt.k_first is not None else start.f(t, start.x)
+        f0 = attempt.f_start if attempt.f_start is not None else start.f(t, start.x)
         fired, w1 = detect_crossings(program, start.make_ctx, t, start.x, choice.h, choice.t_new, f0, x_new, w0)
         status = self._witness_status(w0, w1, accept, verdict.status)
         candidates = jnp.any(fired, axis=0) & accept
@@ -427,7 +374,7 @@ class StepLoop:
         s: LoopState,
         start: StepStart,
         choice: StepChoice,
-        attempt: Attempt,
+        attempt: StepResult,
         verdict: Verdict,
         landing: tuple[Array, Array, Array, Array],
     ) -> LoopState:
@@ -438,6 +385,9 @@ class StepLoop:
         accept, h, clock = verdict.accept, choice.h, s.clock
         acc_i = accept.astype(jnp.int32)
         c = s.counters
+        evaluations = attempt.evaluations
+        if start.stop is not None:  # (an attempt an update stopped is not taken: nor counted)
+            evaluations = jnp.where(start.stop, 0, evaluations)
         counters = c.replace(
             steps=c.steps + acc_i,
             attempts=c.attempts + (1 if start.stop is None else (~start.stop).astype(jnp.int32)),
@@ -445,7 +395,7 @@ class StepLoop:
             substep_failures=c.substep_failures + verdict.failure,
             status=verdict.status,
             at_minimum=verdict.at_minimum,
-            extra_evaluations=c.extra_evaluations + attempt.extra_evaluations,
+            evaluations=c.evaluations + evaluations,
         )
         smallest = clock.smallest
         if not self.fixed:
@@ -468,19 +418,17 @@ class StepLoop:
         if self.dense:
             # the last attempt, accepted or not: the loop stops right after an accepted step passes the
             # target, so when the saving loop reads it, it is the step that passed (no select needed)
-            dense = DenseStep.make(clock.t, h, start.x, x_new, attempt.interp)
+            dense = DenseStep.make(clock.t, h, start.x, x_new, attempt.dense)
         grid = s.grid
         if self.fixed:
             # fixed steps restart from a boundary, a witness time, or the end of a step halved after a
             # sub-step failure
             at_b = accept & (reaches_boundary | isolated | choice.limited)
             grid = FixedGrid(jnp.where(at_b, t_new, grid.origin), jnp.where(at_b, 0, grid.steps_since + acc_i))
-        fsal = s.fsal
-        if self.fsal:
-            # the end-point derivative starts the next step; a rejected step keeps the start's; a step
-            # cut short at a witness crossing has neither
-            fsal = Fsal(jnp.where(accept, attempt.k_end, attempt.k_first), ~(accept & isolated))
-        return LoopState(x_acc, new_clock, counters, grid, start.events, fsal, dense, attempt.newton)
+        # what the method carries into the next attempt (e.g. the end-point derivative of an accepted
+        # step, the start's of a rejected one, neither after a step cut short at a witness crossing)
+        istate = self.integrator.next_state(attempt.proposal, accept, isolated)
+        return LoopState(x_acc, new_clock, counters, grid, start.events, istate, dense)
 
     def end_of_step(self, s: LoopState, start: StepStart, accept: Array, w_now: Any) -> LoopState:
         """Step 7: publishes at the new time (if the attempt was accepted), including those of the
@@ -588,20 +536,17 @@ class StepLoop:
         else:
             status = c.status
         status = jnp.where(unfinished & (status == STATUS_OK), STATUS_MAX_STEPS, status).astype(jnp.int32)
-        # cubic Hermite output needs f at the end point, which only first-same-as-last methods have
-        hermite_extra = int(self.dense and getattr(integrator, "dense", None) is None and not self.fsal)
-        per_attempt = integrator.num_evaluations() - int(self.fsal) + hermite_extra
         stats = make_statistics(
             steps=c.steps,
             attempts=c.attempts,
-            evaluations=c.attempts * per_attempt + c.extra_evaluations,
+            evaluations=c.evaluations,
             shrinkages=c.shrinkages,
             substep_failures=c.substep_failures,
             smallest=clock.smallest,
             largest=clock.largest,
             initial=clock.initial,
             previous=clock.previous,
-            newton=s.newton.counts if self.newton else None,
+            newton=integrator.newton_counts(s.integrator),
             ideal=None if self.fixed else clock.h_ideal,
         )
         if self.program is not None:

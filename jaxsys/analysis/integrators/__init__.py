@@ -1,7 +1,8 @@
 """Integrators with Drake's ``IntegratorBase`` options and semantics: a base module and one small
 module per family.
 
-* `base`: ``IntegratorBase`` (options, Drake's queries, the ``attempt_step`` interface);
+* `base`: ``IntegratorBase`` (options, Drake's queries, the integrator protocol: ``attempt_step``,
+  ``init`` / ``step`` / ``next_state`` / ``refresh``, `StepResult`);
 * `explicit_rk`: explicit Runge-Kutta methods (tableaux, first-same-as-last, dense output);
 * `semi_explicit_euler`: symplectic Euler for second-order systems;
 * `implicit`: implicit Euler and Radau IIA; `newton`: their Newton iteration.
@@ -36,7 +37,7 @@ one at the start and one after each event that changes the state or the dynamics
 ``fsal=False`` to count as Drake does.
 """
 
-from .base import IntegratorBase as IntegratorBase, VectorField as VectorField
+from .base import IntegratorBase as IntegratorBase, StepResult as StepResult, VectorField as VectorField
 from .explicit_rk import (
     BogackiShampine3Integrator as BogackiShampine3Integrator,
     ExplicitEulerIntegrator as ExplicitEulerIntegrator,
@@ -68,4 +69,4 @@ ALL_INTEGRATORS: tuple[type[IntegratorBase], ...] = (
     Radau5Integrator,
 )
 
-__all__ = [c.__name__ for c in ALL_INTEGRATORS] + ["IntegratorBase", "ALL_INTEGRATORS"]
+__all__ = [c.__name__ for c in ALL_INTEGRATORS] + ["IntegratorBase", "StepResult", "ALL_INTEGRATORS"]

@@ -1,11 +1,25 @@
 """The integrator base class: Drake's ``IntegratorBase`` options, queries and the step interface.
 
 Each integrator is an immutable ``equinox.Module`` holding its options (Drake's setters become
-constructor arguments; ``with_options(...)`` returns a modified copy). Its stepping function is pure:
-``attempt_step(f, t, x, h, aux) -> (x_new, error_estimate, ok)`` with ``f(t, x) -> xdot``. What an
-integrator does *not* do is choose its steps: error control (Drake's ``CalcAdjustedStepSize``) is in
-`jaxsys.analysis.step_size`, and the loop that calls ``attempt_step`` in
-`jaxsys.analysis.stepping`.
+constructor arguments; ``with_options(...)`` returns a modified copy). Its stepping functions are pure,
+with ``f(t, x) -> xdot``:
+
+- ``attempt_step(f, t, x, h, aux) -> (x_new, error_estimate, ok)``: one step from nothing but (t, x)
+  (what a user writes; witness isolation's trial steps, iLQR's discretization and the ECS bridge call it);
+- the protocol every stepping loop calls (the while loop, the fixed-step scan, hence the Simulator and
+  ``advance_pending_events``): ``init(f, t, x, aux, events) -> (state, evaluations)`` once, then
+  ``step(f, t, x, h, aux, state, t_end, dense) -> StepResult`` per attempt, ``next_state(proposal,
+  accepted, cut)`` after the loop's verdict and ``refresh(state, changed)`` after updates that changed
+  the state or the dynamics. What a method carries between steps (a first-same-as-last stage, an
+  implicit method's Jacobian and factorizations, its Newton statistics) lives in that ``state``, a
+  pytree the loop carries without looking inside. The defaults make ``attempt_step`` alone a complete
+  integrator (no state); a method with a state overrides them.
+
+What a method can do is declared as class attributes: ``error_estimate_order`` (0: none, fixed step
+only), ``may_fail`` (an attempt can fail: the loop retries it with half the step), ``implicit``,
+``dense_output_kind`` (None, ``"hermite"`` or ``"own"``). What an integrator does *not* do is choose
+its steps: error control (Drake's ``CalcAdjustedStepSize``) is in `jaxsys.analysis.step_size`, and
+the loop that calls ``step`` in `jaxsys.analysis.stepping`.
 
 Imports: the framework's errors only (no other analysis module).
 """
@@ -17,7 +31,7 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import equinox as eqx
 import jax
@@ -28,6 +42,31 @@ from ...framework.errors import JaxsysError
 
 Array = jax.Array
 VectorField = Callable[[Array, Array], Array]
+
+
+class StepResult(NamedTuple):
+    """One attempted step of the integrator protocol (`IntegratorBase.step`).
+
+    **Fields:**
+    - `x_new`: the state at the step's end (shape of x).
+    - `error`: the error estimate vector (zeros without estimation).
+    - `ok`: bool scalar, False when the attempt failed (an implicit method's Newton iteration did not
+      converge); the loop then retries with half the step.
+    - `proposal`: what `IntegratorBase.next_state` turns into the carried state once the loop knows
+      whether the step was accepted (``()`` for a method without state).
+    - `evaluations`: int (or int32 scalar) derivative evaluations this attempt made.
+    - `dense`: interpolation data of the step for `IntegratorBase.interpolate` (when asked for), else None.
+    - `f_start`: f(t, x) when the attempt computed it (its first stage), else None: the loop's witness
+      detection reuses it instead of evaluating it again.
+    """
+
+    x_new: Array
+    error: Array
+    ok: Array
+    proposal: Any = ()
+    evaluations: Any = 0
+    dense: Array | None = None
+    f_start: Array | None = None
 
 
 def step_aux(
@@ -107,6 +146,9 @@ class IntegratorBase(eqx.Module):
     name: ClassVar[str] = "integrator"
     order: ClassVar[int] = 1
     error_estimate_order: ClassVar[int] = 0
+    may_fail: ClassVar[bool] = False  # an attempt can fail (ok False): see `can_fail`
+    implicit: ClassVar[bool] = False  # solves stage equations (Newton)
+    dense_output_kind: ClassVar[str | None] = None  # None, "hermite" (cubic) or "own" (the method's)
     num_stages: ClassVar[int] = 1  # derivative evaluations per attempted step
     default_accuracy: ClassVar[float] = 1e-3  # Drake's kDefaultAccuracy for the method
     loosest_accuracy: ClassVar[float] = 1e-1  # Drake's kLoosestAccuracy for the method
@@ -234,18 +276,80 @@ class IntegratorBase(eqx.Module):
     # ----- the method ----------------------------------------------------------------------
     @abc.abstractmethod
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
-        """One step of size ``h`` from (t, x): returns (x_new, error estimate vector, ok)."""
+        """One step of size ``h`` from (t, x), needing nothing carried from earlier steps: returns
+        (x_new, error estimate vector, ok). ``aux``: see `step_aux`."""
+
+    def init(self, f: VectorField, t: Array, x: Array, aux: Any, events: bool = False) -> tuple[Any, int]:
+        """The state this method carries between steps, at the run's start (t, x): ``(state,
+        derivative evaluations made)``. ``events``: the loop may change the state or the dynamics between
+        steps (it then calls `refresh`). Default: no state, ``((), 0)``."""
+        return (), 0
+
+    def step(
+        self,
+        f: VectorField,
+        t: Array,
+        x: Array,
+        h: Array,
+        aux: Any,
+        state: Any,
+        t_end: Array,
+        dense: bool = False,
+    ) -> StepResult:
+        """One attempted step of size ``h`` from (t, x) with the carried ``state`` (from `init` or
+        `next_state`). ``t_end``: the time the step ends (t + h up to rounding: a step landing on a
+        boundary ends exactly there); ``dense`` (static): also return the step's interpolation data.
+
+        Default: `attempt_step`, no state; ``dense`` gives cubic Hermite data (f at both ends, two
+        more evaluations) where ``dense_output_kind`` is ``"hermite"``."""
+        x_new, err, ok = self.attempt_step(f, t, x, h, aux)
+        evals: Any = self.num_evaluations()
+        data = f_start = None
+        if dense:
+            if self.dense_output_kind != "hermite":
+                raise JaxsysError(f"{type(self).__name__} has no dense output (dense_output_kind is None).")
+            f_start = f(t, x)
+            data = jnp.stack([f_start, f(t_end, x_new)])
+            evals = evals + 2
+        return StepResult(x_new, err, ok, (), evals, data, f_start)
+
+    def next_state(self, proposal: Any, accepted: Array, cut: Array) -> Any:
+        """The state carried into the next attempt, from this attempt's ``proposal`` (`StepResult`),
+        once the loop decided: ``accepted`` (bool scalar) and ``cut`` (the accepted step was cut short
+        at a witness crossing, so its end is not the attempt's). Default: the proposal."""
+        return proposal
+
+    def refresh(self, state: Any, changed: Array) -> Any:
+        """The state after updates at a step's start; ``changed`` (bool scalar): they changed the state or
+        the dynamics, so what was carried about the old ones (a first-same-as-last stage) is stale.
+        Default: unchanged."""
+        return state
+
+    def newton_counts(self, state: Any) -> Array | None:
+        """An implicit method's Newton statistics in the carried ``state`` (int32, in the order of
+        ``integrators.newton.STAT_FIELDS``), or None."""
+        return None
+
+    def interpolate(self, x: Array, x_new: Array, h: Array, data: Array, theta: Array) -> Array:
+        """The state at ``t + theta h`` (0 <= theta <= 1) inside a step from x to x_new, from the step's
+        interpolation data (`StepResult.dense`). Default: cubic Hermite on ``data = [f(t, x),
+        f(t + h, x_new)]``."""
+        f0, f1 = data[0], data[1]
+        t2, t3 = theta * theta, theta * theta * theta
+        return (
+            (2 * t3 - 3 * t2 + 1) * x + (t3 - 2 * t2 + theta) * h * f0 + (-2 * t3 + 3 * t2) * x_new + (t3 - t2) * h * f1
+        )
 
     def can_fail(self) -> bool:
         """Whether a step attempt can fail (``ok`` False: an implicit method's Newton iteration did not
-        converge). The loop then retries with half the step, in fixed-step mode too (Drake)."""
-        return False
+        converge). The loop then retries with half the step, in fixed-step mode too (Drake). Declared by
+        the class attribute ``may_fail``."""
+        return self.may_fail
 
     def uses_newton_cache(self) -> bool:
-        """Whether the method carries a Newton cache from step to step. A class that returns True
-        provides ``init_newton_cache(x)`` and ``attempt_step_cached(f, t, x, h, aux, cache) -> (x_new,
-        err, ok, cache, counts, derivative evaluations)`` (the implicit methods do)."""
-        return False
+        """Whether the method is implicit and carries a Newton cache in its state (class attribute
+        ``implicit``)."""
+        return self.implicit
 
     def num_evaluations(self) -> int:
         """Derivative evaluations in one attempted step (without first-same-as-last reuse)."""
@@ -253,13 +357,9 @@ class IntegratorBase(eqx.Module):
 
     def uses_fsal(self) -> bool:
         """Whether steps reuse the end-point derivative of the previous step ("first same as last"):
-        the method has the property and the ``fsal`` option is on. A class that returns True provides
-        ``attempt_step_fsal(f, t, x, h, aux, k_first, t_end) -> (x_new, err, ok, f(t_end, x_new))``
-        (explicit Runge-Kutta methods do)."""
+        the method has the property and the ``fsal`` option is on (explicit Runge-Kutta methods)."""
         return False
 
     def supports_dense_output(self) -> bool:
-        """Whether the method has a continuous extension of its steps. A class that returns True
-        provides ``attempt_step_dense`` (a step and its interpolation data) and ``interpolate``
-        (explicit Runge-Kutta methods do)."""
-        return False
+        """Whether the method has a continuous extension of its steps (``dense_output_kind``)."""
+        return self.dense_output_kind is not None

@@ -12,11 +12,37 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .base import Array, IntegratorBase, VectorField
+from .base import Array, IntegratorBase, StepResult, VectorField
+
+
+class FsalState(eqx.Module):
+    """The state a first-same-as-last method carries: ``k`` = f(t, x) at the current point and whether
+    it is still ``valid`` (updates at a step's start that change the state or the dynamics, and a step
+    cut short at a witness crossing, make it stale). ``checked`` (static): the loop may make it stale, so
+    each step tests ``valid`` (and evaluates the stage when it is not); otherwise it is always valid."""
+
+    k: Array
+    valid: Array
+    checked: bool = eqx.field(static=True, default=False)
+
+
+class FsalProposal(eqx.Module):
+    """A first-same-as-last attempt's proposal: the end-point derivative ``k_end`` (the next step's
+    first stage if the step is accepted whole) and the first stage ``k_first`` it used (kept if
+    rejected)."""
+
+    k_end: Array
+    k_first: Array
+    checked: bool = eqx.field(static=True, default=False)
+
+
+def _rolled(aux: Any) -> bool:
+    return bool(aux is not None and aux.get("rolled", False))
 
 
 class _ExplicitRK(IntegratorBase):
@@ -26,10 +52,66 @@ class _ExplicitRK(IntegratorBase):
     b: ClassVar[tuple[float, ...]] = ()
     c: ClassVar[tuple[float, ...]] = ()
     b_err: ClassVar[tuple[float, ...] | None] = None  # x_err = h * sum (b - b_hat) k
+    dense_output_kind: ClassVar[str | None] = "hermite"
 
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
         x_new, err, ok, _ = self._stages(f, t, x, h, aux, None, None)
         return x_new, err, ok
+
+    # ----- the integrator protocol ---------------------------------------------------------------
+    def init(self, f: VectorField, t: Array, x: Array, aux: Any, events: bool = False) -> tuple[Any, int]:
+        """First same as last: f(t, x), evaluated here when nothing can make it stale (no events, stages
+        not rolled); otherwise the first step evaluates it (inside its stage loop when rolled)."""
+        if not self.uses_fsal():
+            return (), 0
+        if events or _rolled(aux):
+            return FsalState(jnp.zeros_like(x), jnp.array(False), checked=True), 0
+        return FsalState(f(t, x), jnp.array(True)), 1
+
+    def step(
+        self,
+        f: VectorField,
+        t: Array,
+        x: Array,
+        h: Array,
+        aux: Any,
+        state: Any,
+        t_end: Array,
+        dense: bool = False,
+    ) -> StepResult:
+        n = self.num_evaluations()
+        if self.uses_fsal():
+            if state.checked:
+                x_new, err, ok, k_end, interp, k1 = self._reusing_step(
+                    f, t, x, h, aux, state.k, state.valid, t_end, dense
+                )
+                evals: Any = (n - 1) + (~state.valid).astype(jnp.int32)
+            else:
+                k1, evals = state.k, n - 1
+                if dense:
+                    x_new, err, ok, k_end, interp = self._dense_step(f, t, x, h, aux, k1, t_end)
+                else:
+                    (x_new, err, ok, k_end), interp = self._fsal_step(f, t, x, h, aux, k1, t_end), None
+            return StepResult(x_new, err, ok, FsalProposal(k_end, k1, state.checked), evals, interp, k1)
+        if dense:
+            x_new, err, ok, _, interp = self._dense_step(f, t, x, h, aux, None, t_end)
+            # (cubic Hermite evaluates f at the end point)
+            return StepResult(x_new, err, ok, (), n + int(self.dense is None), interp)
+        x_new, err, ok = self.attempt_step(f, t, x, h, aux)
+        return StepResult(x_new, err, ok, (), n)
+
+    def next_state(self, proposal: Any, accepted: Array, cut: Array) -> Any:
+        """The end-point derivative starts the next step; a rejected step keeps the start's; a step cut
+        short at a witness crossing has neither (stale)."""
+        if not self.uses_fsal():
+            return proposal
+        k = jnp.where(accepted, proposal.k_end, proposal.k_first)
+        return FsalState(k, ~(accepted & cut), checked=proposal.checked)
+
+    def refresh(self, state: Any, changed: Array) -> Any:
+        if not self.uses_fsal():
+            return state
+        return FsalState(state.k, state.valid & ~changed, checked=state.checked)
 
     def uses_fsal(self) -> bool:
         """True for a tableau whose last row of A is b (and c = 1), when the ``fsal`` option is on."""
@@ -38,12 +120,12 @@ class _ExplicitRK(IntegratorBase):
             self.fsal and s > 1 and self.c[-1] == 1.0 and self.b[-1] == 0.0 and tuple(self.A[-1]) == tuple(self.b[:-1])
         )
 
-    def attempt_step_fsal(
+    def _fsal_step(
         self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array, t_end: Array
     ) -> tuple[Array, Array, Array, Array]:
         return self._stages(f, t, x, h, aux, k_first, t_end)
 
-    def attempt_step_reusing(
+    def _reusing_step(
         self,
         f: VectorField,
         t: Array,
@@ -65,9 +147,9 @@ class _ExplicitRK(IntegratorBase):
         if not (aux is not None and aux.get("rolled", False)):
             k1 = jax.lax.cond(k_valid, lambda: k_first, lambda: f(t, x))
             if dense:
-                x_new, err, ok, k_end, interp = self.attempt_step_dense(f, t, x, h, aux, k1, t_end)
+                x_new, err, ok, k_end, interp = self._dense_step(f, t, x, h, aux, k1, t_end)
                 return x_new, err, ok, k_end, interp, k1
-            x_new, err, ok, k_end = self.attempt_step_fsal(f, t, x, h, aux, k1, t_end)
+            x_new, err, ok, k_end = self._fsal_step(f, t, x, h, aux, k1, t_end)
             return x_new, err, ok, k_end, None, k1
         x_new, err, ok, K = self._stages_rolled(f, t, x, h, k_first, t_end, k_valid)
         k_end = K[len(self.c) - 1]
@@ -78,10 +160,7 @@ class _ExplicitRK(IntegratorBase):
     # powers theta^1..theta^p); None = cubic Hermite through (x, f(t, x)) and (x_new, f(t + h, x_new)).
     dense: ClassVar[tuple[tuple[float, ...], ...] | None] = None
 
-    def supports_dense_output(self) -> bool:
-        return True
-
-    def attempt_step_dense(
+    def _dense_step(
         self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k_first: Array | None, t_end: Array
     ) -> tuple[Array, Array, Array, Array, Array]:
         x_new, err, ok, K = self._stages(f, t, x, h, aux, k_first, t_end, all_stages=True)
@@ -321,4 +400,5 @@ class RungeKutta5Integrator(_ExplicitRK):
     b: ClassVar = _DP_B
     c: ClassVar = (0.0, 1 / 5, 3 / 10, 4 / 5, 8 / 9, 1.0, 1.0)
     dense: ClassVar = _DP_DENSE
+    dense_output_kind: ClassVar[str | None] = "own"
     b_err: ClassVar = tuple(a - b for a, b in zip(_DP_B, _DP_BHAT))

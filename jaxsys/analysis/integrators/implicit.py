@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...framework.errors import JaxsysError
-from .base import Array, IntegratorBase, VectorField
+from .base import Array, IntegratorBase, StepResult, VectorField
 from .linalg import DENSE, BandedAlgebra, DenseAlgebra
 from .newton import (
     KAPPA,
@@ -31,6 +31,7 @@ from .newton import (
     Factorization,
     IterationMatrix,
     NewtonCache,
+    NewtonState,
     dense_matrix,
     empty_cache,
     ensure_factored,
@@ -64,6 +65,8 @@ class _ImplicitBase(IntegratorBase):
     jacobian_bandwidth: tuple[int, int] | None = eqx.field(static=True, default=None)
 
     initial_step_fraction: ClassVar[float] = 1.0  # Drake: the first step is the maximum step
+    may_fail: ClassVar[bool] = True
+    implicit: ClassVar[bool] = True
     stage_count: ClassVar[int] = 1  # implicit stages (the Newton unknowns are stage_count * n)
 
     def __check_init__(self) -> None:
@@ -81,9 +84,6 @@ class _ImplicitBase(IntegratorBase):
                 f"{self.max_newton_raphson_iterations}."
             )
 
-    def can_fail(self) -> bool:
-        return True
-
     def algebra(self) -> Any:
         """The linear algebra of the Newton iteration: `linalg.DENSE`, or a `linalg.BandedAlgebra` with
         ``jacobian_bandwidth``."""
@@ -91,9 +91,6 @@ class _ImplicitBase(IntegratorBase):
             return DENSE
         kl, ku = self.jacobian_bandwidth
         return BandedAlgebra(int(kl), int(ku))
-
-    def uses_newton_cache(self) -> bool:
-        return True
 
     @abc.abstractmethod
     def iteration_matrices(self, n: int) -> tuple[IterationMatrix, ...]:
@@ -119,6 +116,30 @@ class _ImplicitBase(IntegratorBase):
             tol = KAPPA * self.get_accuracy_in_use()
         floor = 100.0 * float(jnp.finfo(dtype).eps)
         return jnp.maximum(tol, floor) if isinstance(tol, jax.core.Tracer) else max(tol, floor)
+
+    # ----- the integrator protocol: the Newton cache and statistics are the state ------------------
+    def init(self, f: VectorField, t: Array, x: Array, aux: Any, events: bool = False) -> tuple[Any, int]:
+        """An empty Newton cache (the first step computes the Jacobian) and zero statistics."""
+        return NewtonState(self.init_newton_cache(x), jnp.zeros((N_STATS,), jnp.int32)), 0
+
+    def step(
+        self,
+        f: VectorField,
+        t: Array,
+        x: Array,
+        h: Array,
+        aux: Any,
+        state: Any,
+        t_end: Array,
+        dense: bool = False,
+    ) -> StepResult:
+        if dense:
+            raise JaxsysError(f"{type(self).__name__} has no dense output.")
+        x_new, err, ok, cache, counts, evals = self.attempt_step_cached(f, t, x, h, aux, state.cache)
+        return StepResult(x_new, err, ok, NewtonState(cache, state.counts + counts), self.num_evaluations() + evals)
+
+    def newton_counts(self, state: Any) -> Array | None:
+        return state.counts
 
     def attempt_step(self, f: VectorField, t: Array, x: Array, h: Array, aux: Any) -> tuple[Array, Array, Array]:
         """One step with a fresh Jacobian (no cache): (x_new, error estimate, Newton converged)."""

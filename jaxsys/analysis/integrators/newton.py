@@ -116,6 +116,15 @@ class NewtonCache(NamedTuple):
     extra: Any = ()
 
 
+class NewtonState(NamedTuple):
+    """What an implicit method carries between steps (its integrator-protocol state): the Newton cache
+    (Jacobian, factored iteration matrices) and the Newton statistics so far (int32, in the order of
+    `STAT_FIELDS`)."""
+
+    cache: NewtonCache
+    counts: Array
+
+
 def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any, jac: Array | None = None) -> NewtonCache:
     """A cache with no Jacobian yet, with room for the method's iteration matrices (``jac``: a placeholder
     Jacobian in the method's representation; default a dense n x n one)."""
