@@ -207,14 +207,16 @@ class AdamsBashforth2(js.IntegratorBase):
         return (f_prev, h_prev, valid & ~changed)
 
 
-def _ab2_reference(x0, h, n, kicks=()):
+def _ab2_reference(x0, h, n, kicks=(), restarts=()):
     """Adams-Bashforth 2 by hand on the oscillator (k = 10), restarting with Heun after each kick
-    (step index at whose start v += 1)."""
+    (step index at whose start v += 1) and at each of ``restarts``."""
     f = lambda x: np.array([x[1], -10.0 * x[0]])  # noqa: E731
     x, f_prev, valid, evals = np.array(x0, float), None, False, 0
     for i in range(n):
         if i in kicks:
             x, valid = x + np.array([0.0, 1.0]), False
+        if i in restarts:
+            valid = False
         f0 = f(x)
         if valid:
             x = x + h * (1.5 * f0 - 0.5 * f_prev)
@@ -262,7 +264,8 @@ def test_stateful_integrator_carries_its_history_through_every_loop():
     np.testing.assert_allclose(sim.get_context().get_continuous_state_vector(), ref, rtol=0, atol=1e-12)
     # second order: halving the step divides the error by ~4
     e1 = np.abs(_ab2_reference([1.0, 0.0], 0.01, 100)[0] - _exact(1.0)).max()
-    e2 = np.abs(np.asarray(js.simulate(s, ctx, 1.0, AdamsBashforth2(max_step_size=0.005)).context.get_continuous_state_vector()) - _exact(1.0)).max()
+    half = js.simulate(s, ctx, 1.0, AdamsBashforth2(max_step_size=0.005)).context.get_continuous_state_vector()
+    e2 = np.abs(np.asarray(half) - _exact(1.0)).max()
     assert 3.0 < e1 / e2 < 5.0
 
 
@@ -311,3 +314,16 @@ def test_stateful_integrator_under_jit_vmap_grad_and_witnesses():
     v_before, v_after = float(r.ys[0][1]), float(r.ys[1][1])
     assert v_before < 0 < v_after
     np.testing.assert_allclose(v_before, -9.81 * (t_hit - 0.01), rtol=1e-9)  # (free fall: AB2 is exact)
+
+
+def test_stateful_integrator_in_the_ecs_bridge():
+    # the bridge carries the method's state from sub-step to sub-step and starts afresh each world step:
+    # 10 world steps of 0.1 s, 10 sub-steps each = the hand-written method restarted every 10 steps
+    s = js.examples.SpringMassDamper(damping=0.0, has_input=False)
+    physics = ecs.DiagramPhysics(s, "state", integrator=AdamsBashforth2(max_step_size=0.01), substeps=10)
+    w = ecs.World.empty(2, {"state": jnp.zeros(2)})
+    w, e = w.create_entity()
+    w = w.create_component(e, "state", jnp.array([1.0, 0.0]))
+    w, _, _ = ecs.run(w.end_of_step(), [physics], 10, step_size=0.1)
+    ref, _ = _ab2_reference([1.0, 0.0], 0.01, 100, restarts=range(0, 100, 10))
+    np.testing.assert_allclose(w.component(e, "state"), ref, rtol=0, atol=1e-12)

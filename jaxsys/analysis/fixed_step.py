@@ -134,9 +134,7 @@ class FixedStepScan:
             evals = evals + (res.evaluations if taken is None else jnp.where(taken, res.evaluations, 0))
         return res.x_new, new_state, evals
 
-    def _event_step(
-        self, x: Array, integ: Any, evc: Any, n: Array, t: Array, t_next: Array, hn: Any
-    ) -> Any:
+    def _event_step(self, x: Array, integ: Any, evc: Any, n: Array, t: Array, t_next: Array, hn: Any) -> Any:
         """One Drake step with events: updates at t, the step, publishes at t_next (none of it once an
         event handler stopped the run)."""
         run, program = self.run, self.program

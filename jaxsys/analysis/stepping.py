@@ -295,9 +295,7 @@ class StepLoop:
         istate = s.integrator
         if self.program is not None:
             istate = self.integrator.refresh(istate, start.n_u + start.n_d > 0)
-        return self.integrator.step(
-            start.f, s.clock.t, start.x, choice.h, start.aux, istate, choice.t_new, self.dense
-        )
+        return self.integrator.step(start.f, s.clock.t, start.x, choice.h, start.aux, istate, choice.t_new, self.dense)
 
     def isolate_witnesses(
         self, t: Array, start: StepStart, choice: StepChoice, attempt: StepResult, verdict: Verdict

@@ -83,13 +83,25 @@ class DiagramPhysics(EcsSystem):
             # what every integrator may need besides f (semi-explicit Euler: the q/v split and N(q))
             aux = step_aux(plant, ctx)
 
-            def sub(k: int, x: Any) -> Any:
-                t = t_start + k * h
-                if not integrator.can_fail():
-                    return integrator.attempt_step(f, t, x, h, aux)[0]
-                return _step_with_retries(plant, integrator, f, t, x, h, aux)
+            x = jnp.asarray(x)
+            if integrator.can_fail():
 
-            return jax.lax.fori_loop(0, self.substeps, sub, jnp.asarray(x))
+                def sub_retry(k: int, x: Any) -> Any:
+                    return _step_with_retries(plant, integrator, f, t_start + k * h, x, h, aux)
+
+                return jax.lax.fori_loop(0, self.substeps, sub_retry, x)
+
+            # the integrator protocol, as the simulation loops call it: what the method carries (a
+            # first-same-as-last stage, a multistep history) goes from sub-step to sub-step and starts
+            # afresh each world step (other ECS systems may change the state in between)
+            def sub(k: int, carry: Any) -> Any:
+                x, istate = carry
+                t = t_start + k * h
+                res = integrator.step(f, t, x, h, aux, istate, t + h)
+                return res.x_new, integrator.next_state(res.proposal, jnp.array(True), jnp.array(False))
+
+            istate, _ = integrator.init(f, jnp.asarray(t_start, x.dtype), x, aux, False)
+            return jax.lax.fori_loop(0, self.substeps, sub, (x, istate))[0]
 
         return world.apply(names, advance, outputs=[self.state_component])
 
