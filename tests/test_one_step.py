@@ -10,6 +10,9 @@ the numbers pydrake 1.51 prints).
 
 from __future__ import annotations
 
+import itertools
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -234,3 +237,61 @@ def test_witness_without_event_ends_the_step_at_its_crossing():
     sim.advance_to(1.0)
     assert sim.get_num_steps_taken() == 6
     np.testing.assert_allclose(sim.get_context().get_continuous_state_vector(), [1.0], rtol=1e-12)
+
+
+# ----- the event program is built once, before tracing, and frozen (issue #35, item 3) -----
+
+
+def test_event_program_is_frozen_once_built(counter):
+    from jaxsys.analysis.event_loop import EventProgram, has_events
+
+    ctx = counter.create_default_context()
+    program = EventProgram(counter, ctx)
+    assert bool(program) is True and has_events(counter) is True
+    assert program.can_stop is False  # (the counter's handlers only succeed)
+    with pytest.raises(AttributeError, match="frozen"):
+        program.witnesses = []
+    # a system without events: no program to run, the same truth value before and after building
+    plain = js.examples.SpringMassDamper(has_input=False)
+    assert has_events(plain) is False and bool(EventProgram(plain, plain.create_default_context())) is False
+    # witnesses are bound when it is built: the bouncing ball's program holds its witness, and a
+    # witness without any declared event makes a program that is true
+    ball = js.examples.BouncingBall()
+    bp = EventProgram(ball, ball.create_default_context())
+    assert len(bp.witnesses) >= 1 and bool(bp)
+
+
+_TRACES = itertools.count()
+
+
+class Failing(js.LeafSystem):
+    """x' = 1; a periodic publish that fails, its message naming how many times the handler was traced
+    (a status that depends on something other than the context: what a frozen program refuses)."""
+
+    stable: bool = eqx.field(static=True)
+
+    def __init__(self, stable: bool) -> None:
+        super().__init__()
+        self.stable = stable
+        self.declare_continuous_state(1)
+        self.declare_periodic_publish_event(0.25, 0.0, self.check)
+
+    def check(self, context):
+        message = "x too large" if self.stable else f"x too large (trace {next(_TRACES)})"
+        return js.EventStatus.failed_if(context.get_continuous_state_vector()[0] > 0.6, message)
+
+    def do_calc_time_derivatives(self, context):
+        return jnp.ones(1, context.get_time().dtype)
+
+
+def test_statuses_found_when_the_program_is_built_and_refused_otherwise():
+    # a handler that can fail: known before the loop is traced, so the run stops on it with its message
+    s = Failing(stable=True)
+    r = js.simulate(s, s.create_default_context(), 1.0, js.RungeKutta3Integrator(max_step_size=0.1), throw=False)
+    assert int(r.status) == js.Status.EVENT_FAILED.code and r.simulator_status().message() == "x too large"
+    np.testing.assert_allclose(float(r.context.get_time()), 0.75, atol=1e-12)
+    # one whose message changes from trace to trace reports a status the program never saw: an error
+    # that says so, never a silently dropped status
+    bad = Failing(stable=False)
+    with pytest.raises(js.JaxsysError, match="did not report when the simulation was set up"):
+        js.simulate(bad, bad.create_default_context(), 1.0, js.RungeKutta3Integrator(max_step_size=0.1))

@@ -99,17 +99,31 @@ def get_rest(context: Context) -> tuple[Any, Any]:
     return (tuple(context.get_discrete_state().groups), tuple(context.get_abstract_state().values))
 
 
-class EventProgram:
-    """The static event structure of a system, and the pure functions the loop calls."""
+def has_events(system: System, monitor: Any = None) -> bool:
+    """Whether a run of ``system`` has events to handle: declared events, a monitor, timed events
+    (``do_calc_next_update_time``) or witness functions (a witness without an event still ends the step
+    at its isolated time, as Drake's does). This is the truth value of its `EventProgram`."""
+    return bool(all_events(system)) or monitor is not None or bool(timed_leaves(system)) or bool(witness_leaves(system))
 
-    def __init__(self, system: System, monitor: Any = None) -> None:
+
+class EventProgram:
+    """The static event structure of a system for one run, and the pure functions the loop calls.
+
+    Built by its constructor, before the loop is traced, and frozen then: the witness functions
+    (every one ``do_get_witness_functions`` returns), the table of every reason a handler or the
+    monitor may report (found by tracing them once, abstractly) and whether any of them can stop the
+    run (`can_stop`) are fixed; setting an attribute afterwards is an error. ``context``: a context of
+    the system (its structure is what counts; values are not read)."""
+
+    _frozen: bool = False
+
+    def __init__(self, system: System, context: Context, monitor: Any = None) -> None:
         self.system = system
         self.monitor = monitor
-        # (system path, message) of every status a handler may report, collected while tracing: the
-        # loop carries a status as (severity, index into this table)
-        self.reasons: list[tuple[str, str]] = []
-        self.stop_bound = DID_NOTHING  # the most severe status any traced handler may report
-        self.can_stop = True  # (until probe() finds that no handler can stop the run)
+        # (system path, message) of every status a handler may report: the loop carries a status as
+        # (severity, index into this table)
+        self._reasons: list[tuple[str, str]] = []
+        self._stop_bound = DID_NOTHING  # the most severe status any handler may report
         evs = [e for _, e in all_events(system)]
         self.periodic = [e for e in evs if e.trigger is TriggerType.PERIODIC]
         self.by = {
@@ -130,36 +144,78 @@ class EventProgram:
             + self.by[(TriggerType.PERIODIC, PUBLISH)]
             + [e for e in self.timed if e.kind == PUBLISH]
         )
-        # (a witness without an event still ends the step at its isolated time, as Drake's does: a system
-        # with witnesses has events to run even when it declares no event)
-        self.has_events = bool(evs) or monitor is not None or bool(self.timed_leaves) or bool(witness_leaves(system))
+        self.has_events = has_events(system, monitor)
+        self.witnesses: list[Any] = []
+        if witness_leaves(system):
+            self._bind_witnesses(context)
+        self._probe(context)
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self._frozen:
+            raise AttributeError(f"EventProgram is frozen once built (setting {name!r}).")
+        object.__setattr__(self, name, value)
+
+    @property
+    def reasons(self) -> tuple[tuple[str, str], ...]:
+        """(system path, message) of every status a handler or the monitor may report."""
+        return tuple(self._reasons)
+
+    @property
+    def can_stop(self) -> bool:
+        """Whether any handler (or the monitor) may stop the run (reach termination or fail): if none
+        can, the loop carries no status logic."""
+        return self._stop_bound >= REACHED_TERMINATION
 
     # ----- statuses ------------------------------------------------------------------------------
     def pack(self, status: EventStatus) -> Array:
-        """``status`` as the loop carries it: int32 ``[severity, index into self.reasons]`` (the
-        reasons registered here; the same reason traced twice gets the same index)."""
+        """``status`` as the loop carries it: int32 ``[severity, index into self.reasons]`` (while the
+        program is built, its reasons are registered; afterwards a reason or a severity that its
+        handlers did not show then is an error, never a silently dropped status)."""
         index = []
         for r in status.reasons:
-            if r not in self.reasons:
-                self.reasons.append(r)
-            index.append(self.reasons.index(r))
-        self.stop_bound = max(self.stop_bound, status.bound)
+            if r not in self._reasons:
+                if self._frozen:
+                    raise JaxsysError(
+                        f"An event handler or monitor of System {self.system.get_system_id_string()} reported a "
+                        f"status ({r[0]}: {r[1]!r}) it did not report when the simulation was set up: the statuses "
+                        f"a handler may return must not depend on the values of the context (return "
+                        f"EventStatus.failed(...) / reached_termination(...) under a jnp condition, e.g. with "
+                        f"EventStatus.select)."
+                    )
+                self._reasons.append(r)
+            index.append(self._reasons.index(r))
+        if self._frozen and status.bound > self._stop_bound and status.bound >= REACHED_TERMINATION:
+            raise JaxsysError(
+                f"An event handler or monitor of System {self.system.get_system_id_string()} may stop the run, which "
+                f"it did not show when the simulation was set up: the statuses a handler may return must not "
+                f"depend on the values of the context."
+            )
+        if not self._frozen:
+            self._stop_bound = max(self._stop_bound, status.bound)
         if not index:
             return jnp.stack([jnp.asarray(status.severity, jnp.int32), jnp.asarray(-1, jnp.int32)])
         table = jnp.asarray(index, jnp.int32)
         which = jnp.where(status.which >= 0, table[jnp.clip(status.which, 0, len(index) - 1)], -1)
         return jnp.stack([jnp.asarray(status.severity, jnp.int32), which.astype(jnp.int32)])
 
-    def probe(self, context: Context, k: Array, logs: tuple[Any, ...]) -> None:
-        """Trace the loop's handlers once, abstractly (``jax.eval_shape``), to learn whether any of
-        them (or the monitor) may stop the run: if none can, the loop carries no status logic."""
+    def _probe(self, context: Context) -> None:
+        """Trace every handler once, abstractly (``jax.eval_shape``): initialization events, the step's
+        updates and publishes (witness and timed ones included) and the monitor, registering every
+        reason they may report and the most severe status."""
+        if not self.has_events:
+            return
+        k = self.init_counters(context.get_time(), True, True)
+        logs = self.allocate_logs(context, [1] * len(self.loop_publish))
 
         def phases(ctx: Context, k: Array, logs: Any, flags: Array, gate: Array) -> None:
+            init = self.initialize(ctx)
+            self.pack(init[2])
             self.pack(self.updates(ctx, k, gate, flags)[4])
             self.pack(self.publishes(ctx, k, gate, logs, flags)[3])
 
-        jax.eval_shape(phases, context, k, logs, self.no_witness_flags(), jnp.array(True))
-        self.can_stop = self.stop_bound >= REACHED_TERMINATION
+        flags = jnp.ones((len(self.witnesses) + len(self.timed),), bool)
+        jax.eval_shape(phases, context, k, logs, flags, jnp.array(True))
 
     def fold_in(self, packed: Array, status: EventStatus) -> Array:
         """``packed`` with ``status`` folded in (first worst); unchanged when no handler can stop the
@@ -197,7 +253,7 @@ class EventProgram:
             )
         return status.with_default_system("monitor")
 
-    def bind_witnesses(self, context: Context) -> None:
+    def _bind_witnesses(self, context: Context) -> None:
         """Fix the witness functions (static for a simulation): every one the system's
         ``do_get_witness_functions`` returns for a context whose values are unknown (traced), so the
         list cannot depend on them; mode-dependent ones carry a condition (``active_if``)."""
@@ -518,8 +574,7 @@ def advance_pending_events(
     incremented by the updates performed (concrete values only; the Simulator passes its statistics).
     """
     system.validate_context(context)
-    program = EventProgram(system)
-    program.bind_witnesses(context)
+    program = EventProgram(system, context)
     flags = program.no_witness_flags()
     if pending_witness_events is not None:
         given = jnp.asarray(pending_witness_events)

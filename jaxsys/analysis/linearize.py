@@ -15,6 +15,7 @@ import numpy as np
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
+from ..framework.ports import vector_input_ports, vector_output_ports
 from ..framework.system import System
 from ..primitives.linear import AffineSystem, LinearSystem
 
@@ -35,8 +36,8 @@ def _ports(system: System, input_port_index: Any, output_port_index: Any) -> tup
         return port
 
     return (
-        pick([p for p in system._spec.input_ports if not p.is_abstract()], input_port_index, "input"),
-        pick([p for p in system._spec.output_ports if not p.is_abstract()], output_port_index, "output"),
+        pick(vector_input_ports(system), input_port_index, "input"),
+        pick(vector_output_ports(system), output_port_index, "output"),
     )
 
 

@@ -37,7 +37,7 @@ from ..framework.events import time_tolerance
 from ..framework.system import System
 from .adjoint import count_eqns
 from .compile_cache import SystemCache, deref
-from .event_loop import EventProgram, get_rest, set_rest
+from .event_loop import EventProgram, get_rest, has_events, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .integrators.base import step_aux
@@ -316,8 +316,8 @@ def simulate(
     _warn_unreachable_accuracy(system, context, integrator)
     if monitor is not None and not callable(monitor):
         raise JaxsysError(f"simulate: monitor must be a function f(context) -> EventStatus or None; got {monitor!r}.")
-    program = EventProgram(system, monitor)
-    if dense_output and program:
+    events_present = has_events(system, monitor)
+    if dense_output and events_present:
         raise JaxsysError(
             f"simulate: dense_output=True is not available for systems with events or witness functions, or "
             f"with a monitor (System {system.get_system_id_string()} has some): an event changes the state "
@@ -345,11 +345,11 @@ def simulate(
         dense_window=dense_window(save_at, integrator.max_step_size) if dense_output and save_at is not None else None,
     )
     if cacheable and not _any_tracer(system):
-        entry = _entry(system, program, context, integrator, options)
+        entry = _entry(system, events_present, context, integrator, options)
         if fast_key is not None:
             _FAST.put(system, fast_key, entry)
         return _run_entry(system, entry, context, t_final, save_at, pending_witness_events, initial_step_size)
-    return _simulate_body(system, program, context, t_final, save_at, pending_witness_events, None, **options)
+    return _simulate_body(system, context, t_final, save_at, pending_witness_events, None, **options)
 
 
 # Drake's SimulatorConfig default (one instance: a call without an integrator is a repeated call too)
@@ -412,7 +412,7 @@ def _fast_key(held: tuple[Any, ...], context: Context, *flags: Any) -> Any:
     return key
 
 
-def _entry(system: System, program: EventProgram, context: Context, integrator: Any, options: dict[str, Any]) -> _Entry:
+def _entry(system: System, events_present: bool, context: Context, integrator: Any, options: dict[str, Any]) -> _Entry:
     """The static part of an eager call (see `_Entry`)."""
     scan_possible = integrator.get_fixed_step_mode() and not integrator.can_fail()
     # an error-controlled integrator's target accuracy is an argument too: a new tolerance does not
@@ -428,7 +428,7 @@ def _entry(system: System, program: EventProgram, context: Context, integrator: 
         and isinstance(integrator.get_accuracy_in_use(), (int, float))
         and integrator.get_accuracy_in_use() < accuracy_floor(context.get_time().dtype)
     )
-    return _Entry(integrator, options, not program and not scan_possible, template, key, warn)
+    return _Entry(integrator, options, not events_present and not scan_possible, template, key, warn)
 
 
 def _run_entry(
@@ -458,7 +458,6 @@ def _run_entry(
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
     key = (times_key, entry.key, pending is None)
-    monitor = options.get("monitor")
 
     def build(ref: Any) -> Any:
         # (the compiled body reaches the system through a weak reference, and builds its event
@@ -472,18 +471,14 @@ def _run_entry(
             def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
-                return _simulate_body(
-                    system, EventProgram(system, monitor), ctx, tf, ts, pend, None, **with_args(acc, h)
-                )
+                return _simulate_body(system, ctx, tf, ts, pend, None, **with_args(acc, h))
 
         else:
 
             def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
-                return _simulate_body(
-                    system, EventProgram(system, monitor), ctx, c_tf, c_ts, pend, c_t0, **with_args(acc, h)
-                )
+                return _simulate_body(system, ctx, c_tf, c_ts, pend, c_t0, **with_args(acc, h))
 
         return eqx.filter_jit(body)
 
@@ -508,7 +503,6 @@ def _hashable(value: Any) -> Any:
 
 def _simulate_body(
     system: System,
-    program: EventProgram,
     context: Context,
     t_final: Any,
     save_at: Any,
@@ -542,6 +536,8 @@ def _simulate_body(
     c_tf = concrete(t_final)
     init_values: Any = ()
     events = None
+    # the run's event program: built (witnesses bound, handlers probed) and frozen before the loop
+    program = EventProgram(system, context, monitor)
     if program:
         context, init_values, events = _start_events(
             program, context, initialize, updates_at_start, c_t0, c_tf, log_capacity
@@ -765,7 +761,6 @@ def _start_events(
     update_status = status
     if initialize:
         context, init_values, status, counts_init, update_status = program.initialize(context)
-    program.bind_witnesses(context)
     k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
     logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
     status0 = program.pack(status)
@@ -783,7 +778,6 @@ def _start_events(
         status0 = EventProgram.fold(status0, program.pack(p_status))
         # Drake handles these and the initialization publishes in one HandlePublish: one publish
         counts0 = counts0.at[0].set(jnp.maximum(counts0[0], n_p))
-    program.probe(context, k0, logs0)
     return context, init_values, (program, k0, logs0, get_rest(context), counts0, status0)
 
 

@@ -184,8 +184,7 @@ class Simulator:
         Returns a [`SimulatorStatus`][jaxsys.SimulatorStatus] (reached termination if a handler or the monitor
         said so); a failed handler raises an error naming its system and message, as Drake's."""
         self._require_context("initialize")
-        program = EventProgram(self._system, self._monitor)
-        program.bind_witnesses(self._context)
+        program = EventProgram(self._system, self._context, self._monitor)
         self._pending = program.no_witness_flags()
         t0 = float(self._context.get_time())
         packed = np.array([0, -1])

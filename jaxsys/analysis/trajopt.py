@@ -39,6 +39,7 @@ import numpy as np
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.leaf_system import LeafSystem
+from ..framework.ports import vector_input_ports
 from ..framework.system import System
 from ..primitives.sources import PiecewisePolynomial
 from .integrators import RungeKutta4Integrator
@@ -84,7 +85,7 @@ class TrajOptResult:
 
 
 def _input_port(system: System) -> Any:
-    ports = [p for p in system._spec.input_ports if not p.is_abstract()]
+    ports = vector_input_ports(system)
     if len(ports) != 1:
         raise JaxsysError(
             f"Trajectory optimization needs a system with exactly one vector input port; System "

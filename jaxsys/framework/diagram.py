@@ -129,6 +129,12 @@ class Diagram(System):
             )
         return found
 
+    def is_input_port_connected(self, port: InputPort) -> bool:
+        """Whether ``port``, an input port of a direct subsystem, is fed inside this diagram: connected
+        to an output port, or exported as one of the diagram's inputs (an exported one then has a
+        value where the diagram's input has one)."""
+        return self._is_input_connected(port.get_system(), port.get_index())
+
     def _is_input_connected(self, system: System, index: int) -> bool:
         for i, s in enumerate(self.subsystems):
             if s._spec is system._spec:

@@ -217,3 +217,16 @@ class OutputPort(_Port):
     def calc(self, context: Context) -> Any:
         """Same as `eval` (Drake: ``OutputPort::Calc``; there is no cache to bypass)."""
         return self.eval(context)
+
+
+def vector_input_ports(system: System) -> list[InputPort]:
+    """The vector-valued input ports of ``system``, in index order (abstract ones left out): what
+    linearization, LQR, estimators and trajectory optimization treat as the input u."""
+    ports = (system.get_input_port(i) for i in range(system.num_input_ports()))
+    return [p for p in ports if not p.is_abstract()]
+
+
+def vector_output_ports(system: System) -> list[OutputPort]:
+    """The vector-valued output ports of ``system``, in index order (abstract ones left out)."""
+    ports = (system.get_output_port(i) for i in range(system.num_output_ports()))
+    return [p for p in ports if not p.is_abstract()]

@@ -608,8 +608,8 @@ class MujocoPlant(LeafSystem):
         zeros = jnp.zeros((n,), dtype)
         if context.inputs[index] is None:  # no value in this context: neither fixed nor fed by a diagram
             return zeros
-        parent = self._spec.parent
-        if parent is not None and parent._is_input_connected(self, index):
+        parent = self.get_parent()
+        if parent is not None and parent.is_input_port_connected(port):
             return jnp.asarray(port.eval(context), dtype)
         try:
             return jnp.asarray(port.eval(context), dtype)

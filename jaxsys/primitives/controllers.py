@@ -19,6 +19,7 @@ import numpy as np
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.leaf_system import LeafSystem
+from ..framework.ports import vector_input_ports
 from ..framework.system import System
 from .sources import PiecewisePolynomial
 
@@ -99,7 +100,7 @@ def finite_horizon_linear_quadratic_regulator(
         x0, u0: nominal trajectories (e.g. a trajectory optimization's ``input_trajectory`` and a
             PiecewisePolynomial of its states); default the context's state and input, constant.
     """
-    ports = [p for p in system._spec.input_ports if not p.is_abstract()]
+    ports = vector_input_ports(system)
     port = system.get_input_port(input_port_index) if input_port_index is not None else None
     if port is None:
         if len(ports) != 1:

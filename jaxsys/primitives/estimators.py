@@ -22,14 +22,15 @@ import numpy as np
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.leaf_system import LeafSystem
+from ..framework.ports import vector_input_ports, vector_output_ports
 from ..framework.system import System
 
 
 def _observed_ports(system: System, caller: str, output_port: Any = None) -> tuple[Any, Any]:
     """(output port, input port or None) of the observed system: its one vector output port (or the
     one named by ``output_port``, an index or name), at most one vector input port."""
-    outputs = [p for p in system._spec.output_ports if not p.is_abstract()]
-    inputs = [p for p in system._spec.input_ports if not p.is_abstract()]
+    outputs = vector_output_ports(system)
+    inputs = vector_input_ports(system)
     name = system.get_system_id_string()
     if output_port is not None:
         port = system.get_output_port(output_port)

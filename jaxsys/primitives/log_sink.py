@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -38,6 +39,8 @@ class VectorLogSink(LeafSystem):
     Port ``data`` (size ``input_size``).
     """
 
+    log_event: Any = eqx.field(static=True)
+
     def __init__(self, input_size: int, publish_period: float = 0.0, name: str = "") -> None:
         super().__init__(name)
         self.declare_vector_input_port("data", input_size)
@@ -45,7 +48,7 @@ class VectorLogSink(LeafSystem):
             event = self.declare_periodic_publish_event(publish_period, 0.0, self._record, name="log")
         else:
             event = self.declare_per_step_publish_event(self._record, name="log")
-        self._spec.log_event = event
+        self.log_event = event
 
     def _record(self, context: Context) -> Any:
         return self.get_input_port(0).eval(context)
@@ -54,12 +57,12 @@ class VectorLogSink(LeafSystem):
         """The log of this sink in a (concrete, unbatched) simulation result, or in a
         [`Simulator`][jaxsys.Simulator] (every sample since its start, across ``advance_to`` calls)
         (Drake: ``FindLog``)."""
-        log = result.get_publish_log(self._spec.log_event)
+        log = result.get_publish_log(self.log_event)
         return VectorLog(log.sample_times(), log.data())
 
     def find_log_arrays(self, result: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
         """(times buffer, values buffer, count): the log as arrays, usable inside ``jit``/``vmap``."""
-        log = result.get_publish_log(self._spec.log_event)
+        log = result.get_publish_log(self.log_event)
         return log.times, log.values, log.count
 
 
