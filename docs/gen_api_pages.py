@@ -31,14 +31,13 @@ PAGES = {
     "analysis": (
         "Linearization, control design, optimization and fitting",
         (
-            "jaxsys.analysis.linearize",
-            "jaxsys.analysis.trajopt",
-            "jaxsys.analysis.nlp",
-            "jaxsys.analysis.ilqr",
-            "jaxsys.analysis.fitting",
+            "jaxsys.primitives.linearize",
+            "jaxsys.controllers",
+            "jaxsys.estimators",
+            "jaxsys.optimization",
         ),
     ),
-    "primitives": ("The block library", ("jaxsys.primitives",)),
+    "primitives": ("The block library", ("jaxsys.primitives", "jaxsys.trajectories")),
     "robots": ("Robots: MuJoCo plants", ("jaxsys.multibody",)),
     "plotting": ("Plotting", ("jaxsys.plotting",)),
 }

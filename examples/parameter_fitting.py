@@ -33,7 +33,7 @@ def main() -> None:
     experiments, data = [], []
     for i, theta0 in enumerate([0.5, 1.0, 1.5]):
         ctx = base.with_continuous_state(jnp.array([theta0, 0.0]))
-        true_ctx = js.analysis.fitting.set_parameters(ctx, spec, truth)
+        true_ctx = js.optimization.fitting.set_parameters(ctx, spec, truth)
         ys = js.simulate(plant, true_ctx, 5.0, integrator, save_at=ts, record=angle).ys
         data.append(ys + 0.01 * jax.random.normal(jax.random.PRNGKey(i), ys.shape))
         experiments.append(ctx)
@@ -65,7 +65,7 @@ def main() -> None:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
     dense = jnp.linspace(0.0, 5.0, 251)
     for ctx, ys in zip(experiments, data):
-        fitted_ctx = js.analysis.fitting.set_parameters(ctx, spec, result.params)
+        fitted_ctx = js.optimization.fitting.set_parameters(ctx, spec, result.params)
         fit = js.simulate(plant, fitted_ctx, 5.0, integrator, save_at=dense, record=angle).ys
         (line,) = ax1.plot(dense, fit[:, 0])
         ax1.plot(ts, ys[:, 0], ".", color=line.get_color(), ms=4)

@@ -8,11 +8,15 @@ parameters and inputs and is passed in and returned; simulation is a jit-compile
 from typing import Any
 
 from . import (
+    controllers as controllers,
     ecs as ecs,
+    estimators as estimators,
     examples as examples,
     multibody as multibody,
+    optimization as optimization,
     plotting as plotting,
     primitives as primitives,
+    trajectories as trajectories,
 )
 from .analysis.batch import (
     BatchResult as BatchResult,
@@ -27,19 +31,6 @@ from .analysis.compile_cache import clear_caches as clear_caches
 from .analysis.event_loop import (
     PublishLog as PublishLog,
     advance_pending_events as advance_pending_events,
-)
-from .analysis.fitting import (
-    FitParameter as FitParameter,
-    FitResult as FitResult,
-    fit_parameters as fit_parameters,
-    set_parameters as set_parameters,
-    trajectory_loss as trajectory_loss,
-)
-from .analysis.ilqr import (
-    ILQRResult as ILQRResult,
-    discrete_dynamics as discrete_dynamics,
-    ilqr as ilqr,
-    ilqr_solve as ilqr_solve,
 )
 from .analysis.integrators import (
     ALL_INTEGRATORS as ALL_INTEGRATORS,
@@ -57,32 +48,10 @@ from .analysis.integrators import (
     SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
     StepResult as StepResult,
 )
-from .analysis.linearize import (
-    NotEquilibriumError as NotEquilibriumError,
-    continuous_algebraic_riccati as continuous_algebraic_riccati,
-    controllability_matrix as controllability_matrix,
-    discrete_algebraic_riccati_equation as discrete_algebraic_riccati_equation,
-    discrete_time_linear_quadratic_regulator as discrete_time_linear_quadratic_regulator,
-    first_order_taylor_approximation as first_order_taylor_approximation,
-    is_controllable as is_controllable,
-    is_detectable as is_detectable,
-    is_observable as is_observable,
-    is_stabilizable as is_stabilizable,
-    linear_quadratic_regulator as linear_quadratic_regulator,
-    linear_quadratic_regulator_system as linear_quadratic_regulator_system,
-    linearize as linearize,
-    observability_matrix as observability_matrix,
-)
 from .analysis.monte_carlo import (
     MonteCarloResult as MonteCarloResult,
     monte_carlo_simulation as monte_carlo_simulation,
     random_simulation as random_simulation,
-)
-from .analysis.nlp import (
-    augmented_lagrangian as augmented_lagrangian,
-    ipopt as ipopt,
-    slsqp as slsqp,
-    solve_nlp as solve_nlp,
 )
 from .analysis.progress import (
     AbstractProgressMeter as AbstractProgressMeter,
@@ -102,11 +71,27 @@ from .analysis.simulator import (
     Status as Status,
     simulate as simulate,
 )
-from .analysis.trajopt import (
-    TrajOptResult as TrajOptResult,
-    direct_collocation as direct_collocation,
-    direct_shooting as direct_shooting,
-    simulate_open_loop as simulate_open_loop,
+from .controllers.ilqr import (
+    ILQRResult as ILQRResult,
+    discrete_dynamics as discrete_dynamics,
+    ilqr as ilqr,
+    ilqr_solve as ilqr_solve,
+)
+from .controllers.lqr import (
+    FiniteHorizonLQRResult as FiniteHorizonLQRResult,
+    continuous_algebraic_riccati as continuous_algebraic_riccati,
+    discrete_algebraic_riccati_equation as discrete_algebraic_riccati_equation,
+    discrete_time_linear_quadratic_regulator as discrete_time_linear_quadratic_regulator,
+    finite_horizon_linear_quadratic_regulator as finite_horizon_linear_quadratic_regulator,
+    linear_quadratic_regulator as linear_quadratic_regulator,
+    linear_quadratic_regulator_system as linear_quadratic_regulator_system,
+    make_finite_horizon_linear_quadratic_regulator as make_finite_horizon_linear_quadratic_regulator,
+)
+from .estimators import (
+    ExtendedKalmanFilter as ExtendedKalmanFilter,
+    LuenbergerObserver as LuenbergerObserver,
+    discrete_time_steady_state_kalman_filter as discrete_time_steady_state_kalman_filter,
+    steady_state_kalman_filter as steady_state_kalman_filter,
 )
 from .framework.constraints import (
     SystemConstraint as SystemConstraint,
@@ -164,6 +149,25 @@ from .framework.witness import (
     WitnessFunctionDirection as WitnessFunctionDirection,
 )
 from .multibody.results import BodyPoses as BodyPoses, ContactResults as ContactResults
+from .optimization.fitting import (
+    FitParameter as FitParameter,
+    FitResult as FitResult,
+    fit_parameters as fit_parameters,
+    set_parameters as set_parameters,
+    trajectory_loss as trajectory_loss,
+)
+from .optimization.nlp import (
+    augmented_lagrangian as augmented_lagrangian,
+    ipopt as ipopt,
+    slsqp as slsqp,
+    solve_nlp as solve_nlp,
+)
+from .optimization.trajopt import (
+    TrajOptResult as TrajOptResult,
+    direct_collocation as direct_collocation,
+    direct_shooting as direct_shooting,
+    simulate_open_loop as simulate_open_loop,
+)
 from .plotting import (
     plot_log as plot_log,
     plot_result as plot_result,
@@ -179,18 +183,15 @@ from .primitives import (
     DiscreteDerivative as DiscreteDerivative,
     DiscretePidController as DiscretePidController,
     DiscreteTimeDelay as DiscreteTimeDelay,
-    ExtendedKalmanFilter as ExtendedKalmanFilter,
     FirstOrderLowPassFilter as FirstOrderLowPassFilter,
     FunctionSystem as FunctionSystem,
     Gain as Gain,
     Integrator as Integrator,
     LinearSystem as LinearSystem,
-    LuenbergerObserver as LuenbergerObserver,
     MatrixGain as MatrixGain,
     Multiplexer as Multiplexer,
     PassThrough as PassThrough,
     PidController as PidController,
-    PiecewisePolynomial as PiecewisePolynomial,
     PortSwitch as PortSwitch,
     RandomSource as RandomSource,
     Saturation as Saturation,
@@ -202,14 +203,18 @@ from .primitives import (
     VectorSystem as VectorSystem,
     WrapToSystem as WrapToSystem,
     ZeroOrderHold as ZeroOrderHold,
-    discrete_time_steady_state_kalman_filter as discrete_time_steady_state_kalman_filter,
     log_vector_output as log_vector_output,
-    steady_state_kalman_filter as steady_state_kalman_filter,
 )
-from .primitives.controllers import (
-    FiniteHorizonLQRResult as FiniteHorizonLQRResult,
-    finite_horizon_linear_quadratic_regulator as finite_horizon_linear_quadratic_regulator,
-    make_finite_horizon_linear_quadratic_regulator as make_finite_horizon_linear_quadratic_regulator,
+from .primitives.linearize import (
+    NotEquilibriumError as NotEquilibriumError,
+    controllability_matrix as controllability_matrix,
+    first_order_taylor_approximation as first_order_taylor_approximation,
+    is_controllable as is_controllable,
+    is_detectable as is_detectable,
+    is_observable as is_observable,
+    is_stabilizable as is_stabilizable,
+    linearize as linearize,
+    observability_matrix as observability_matrix,
 )
 from .primitives.perceptron import MultilayerPerceptron as MultilayerPerceptron
 from .primitives.routing import (
@@ -227,6 +232,7 @@ from .primitives.transfer_function import (
     TransferFunction as TransferFunction,
     state_space_to_transfer_function as state_space_to_transfer_function,
 )
+from .trajectories import PiecewisePolynomial as PiecewisePolynomial
 
 
 __version__ = "0.1.0"
@@ -379,7 +385,9 @@ __all__ = [
     "discrete_algebraic_riccati_equation",
     "discrete_time_linear_quadratic_regulator",
     "discrete_time_steady_state_kalman_filter",
+    "controllers",
     "ecs",
+    "estimators",
     "examples",
     "finite_horizon_linear_quadratic_regulator",
     "first_order_taylor_approximation",
@@ -397,12 +405,14 @@ __all__ = [
     "make_finite_horizon_linear_quadratic_regulator",
     "monte_carlo_simulation",
     "multibody",
+    "optimization",
     "observability_matrix",
     "plot_log",
     "plot_result",
     "plot_system",
     "plotting",
     "primitives",
+    "trajectories",
     "random_simulation",
     "randomize_contexts",
     "ravel_context",

@@ -7,8 +7,8 @@ import optax
 import pytest
 
 import jaxsys as js
-from jaxsys.analysis.fitting import FitParameter, fit_parameters, set_parameters, trajectory_loss
 from jaxsys.examples import Pendulum, SpringMassDamper
+from jaxsys.optimization.fitting import FitParameter, fit_parameters, set_parameters, trajectory_loss
 
 
 def synthetic(system, base, truth_params, x0s, ts, observe, noise, seed):

@@ -8,14 +8,9 @@ import pytest
 import scipy.linalg
 
 import jaxsys as js
-from jaxsys.analysis.linearize import (
-    NotEquilibriumError,
-    first_order_taylor_approximation,
-    linear_quadratic_regulator,
-    linear_quadratic_regulator_system,
-    linearize,
-)
+from jaxsys.controllers import linear_quadratic_regulator, linear_quadratic_regulator_system
 from jaxsys.examples import CartPole, Pendulum
+from jaxsys.primitives.linearize import NotEquilibriumError, first_order_taylor_approximation, linearize
 
 
 def pendulum_at(x, u):

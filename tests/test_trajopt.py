@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import jaxsys as js
-from jaxsys.analysis.trajopt import augmented_lagrangian, direct_collocation, direct_shooting, simulate_open_loop
 from jaxsys.examples import Acrobot, CartPole, DoubleIntegrator, Pendulum
+from jaxsys.optimization.trajopt import augmented_lagrangian, direct_collocation, direct_shooting, simulate_open_loop
 
 
 def make(cls):
@@ -103,7 +103,7 @@ def test_cart_pole_swing_up_by_shooting_reaches_goal_exactly(num_segments):
 
 
 def test_gradients_used_by_the_optimizers_match_finite_differences():
-    from jaxsys.analysis.trajopt import _ShootingModel
+    from jaxsys.optimization.trajopt import _ShootingModel
 
     plant, ctx = make(Pendulum)
     model = _ShootingModel(plant, ctx, 10, 10, 4)
@@ -288,7 +288,7 @@ def test_pendulum_swing_up_in_float32():
 
 # ----- IPOPT with sparse Jacobians (issue #40 item 6) ----------------------------------------------
 def test_sparse_jacobian_by_coloring_equals_the_dense_one():
-    from jaxsys.analysis.nlp import SparseJacobian
+    from jaxsys.optimization.nlp import SparseJacobian
 
     # a chain of defects (each couples neighbours, as collocation's do) and one dense row
     def fn(z):

@@ -35,7 +35,7 @@ constraint rows (no contacts, no limits) have no solver.
 This module imports ``mujoco``: it is loaded by ``jaxsys.MujocoPlant`` on first use, never by
 ``import jaxsys`` (install with ``pip install "jaxsys[mujoco]"``).
 
-Imports (within jaxsys): ``framework``, ``analysis.fitting`` (FitParameter), ``multibody.results``.
+Imports (within jaxsys): ``framework``, ``optimization.fitting`` (FitParameter), ``multibody.results``.
 """
 
 from __future__ import annotations
@@ -495,7 +495,7 @@ class MujocoPlant(LeafSystem):
         the field's MuJoCo shape, e.g. ``body_mass`` ``3`` or ``body_inertia`` ``(2, 1)``), numbered in
         ``root_context`` (the context [`fit_parameters`][jaxsys.fit_parameters] is given). ``bounds``: ``lower``,
         ``upper``, ``positive``."""
-        from ..analysis.fitting import FitParameter
+        from ..optimization.fitting import FitParameter
 
         k = int(self.model_parameter_index(name))
         shape = self._param_shapes[k]

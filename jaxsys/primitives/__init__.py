@@ -23,12 +23,6 @@ from .discrete import (
     StateInterpolatorWithDiscreteDerivative as StateInterpolatorWithDiscreteDerivative,
     ZeroOrderHold as ZeroOrderHold,
 )
-from .estimators import (
-    ExtendedKalmanFilter as ExtendedKalmanFilter,
-    LuenbergerObserver as LuenbergerObserver,
-    discrete_time_steady_state_kalman_filter as discrete_time_steady_state_kalman_filter,
-    steady_state_kalman_filter as steady_state_kalman_filter,
-)
 from .function_system import FunctionSystem as FunctionSystem, VectorSystem as VectorSystem
 from .linear import AffineSystem as AffineSystem, Integrator as Integrator, LinearSystem as LinearSystem
 from .log_sink import VectorLog as VectorLog, VectorLogSink as VectorLogSink, log_vector_output as log_vector_output
@@ -37,3 +31,26 @@ from .sources import (
     RandomSource as RandomSource,
     TrajectorySource as TrajectorySource,
 )
+
+
+_MOVED = {
+    "ExtendedKalmanFilter": "estimators",
+    "LuenbergerObserver": "estimators",
+    "discrete_time_steady_state_kalman_filter": "estimators",
+    "steady_state_kalman_filter": "estimators",
+}
+
+
+def __getattr__(name: str):  # noqa: ANN202 - names that moved out of the block library
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"jaxsys.primitives.{name} moved to jaxsys.{_MOVED[name]}.{name} (also jaxsys.{name}); this path "
+            f"will be removed.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"jaxsys.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
