@@ -117,7 +117,7 @@ def plot_system(
     dot = system.get_graphviz_string(max_depth)
     data: bytes | None = None
     try:
-        import graphviz  # type: ignore[import-not-found]
+        import graphviz
 
         try:
             data = graphviz.Source(dot).pipe(format=fmt)

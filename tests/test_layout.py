@@ -103,3 +103,24 @@ def test_import_jaxsys_imports_no_forwarding_module():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_no_import_hides_inside_a_function():
+    # every import between jaxsys's modules is at module level (or for type checking only): no import
+    # cycle is dodged by importing late. The one exception is documented: `import jaxsys` never imports
+    # mujoco, so `jaxsys.MujocoPlant` loads its module on first access.
+    late = []
+    for f in ROOT.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+
+        def visit(node: ast.AST, in_function: bool, type_checking: bool, f: pathlib.Path = f) -> None:
+            for child in ast.iter_child_nodes(node):
+                fn = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+                tc = type_checking or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+                if isinstance(child, ast.ImportFrom) and child.level and fn and not tc:
+                    late.append(f"{f.relative_to(ROOT)}:{child.lineno} {ast.unparse(child)}")
+                visit(child, fn, tc)
+
+        visit(tree, False, False)
+    assert len(late) == 1 and late[0].startswith("__init__.py:"), late
+    assert late[0].endswith("from .multibody.mujoco_plant import MujocoPlant"), late

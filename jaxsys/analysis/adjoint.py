@@ -59,11 +59,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.interpreters import ad
 
-from .loops import _has_side_effects, bounded_levels, bounded_while
+from .bounded import _has_side_effects, bounded_levels, bounded_while
 
 
 try:  # the nonzero-tangent analysis lax.while_loop's own JVP uses (JAX internals)
-    from jax._src.interpreters.ad import jvp_jaxpr
+    from jax._src.interpreters.ad import jvp_jaxpr as _jvp_jaxpr
+
+    jvp_jaxpr: Any = _jvp_jaxpr
 except ImportError:  # pragma: no cover (another JAX: every inexact carry leaf is swept)
     jvp_jaxpr = None
 
@@ -186,7 +188,7 @@ class LoopSpec:
     def going(self, cl: list[Array], ccl: list[Array]) -> Array:
         return self.cond(jax.tree_util.tree_unflatten(self.tree, cl), *ccl)
 
-    def split_res(self, args: list[Any]) -> tuple[list[Any], ...]:
+    def split_res(self, args: list[Any]) -> tuple[Any, ...]:
         n_c, n_bc, n_cc = self.n_c, self.n_bc, self.n_cc
         cl = list(args[:n_c])
         bcl = list(args[n_c : n_c + n_bc])
@@ -331,8 +333,8 @@ class LoopSpec:
             return self.replay(start, length, ct, bcl, masked=True)
         return jax.lax.cond(
             eqxi.unvmap_all(length == self.segment),
-            lambda a: self.replay(*a, masked=False),
-            lambda a: self.replay(*a, masked=True),
+            lambda a: self.replay(a[0], a[1], a[2], a[3], masked=False),
+            lambda a: self.replay(a[0], a[1], a[2], a[3], masked=True),
             (start, length, ct, bcl),
         )
 
@@ -571,14 +573,14 @@ def _with_res_diff(spec: LoopSpec, res: list[Any], core: list[Any]) -> list[Any]
     return [*cl, *bcl, *ccl, *bufs, n, t]
 
 
-loop_tangent_p = eqxi.create_vprim(
+loop_tangent_p: Any = eqxi.create_vprim(
     "jaxsys_loop_tangent",
     _tangent_impl,
     _tangent_abstract,
     _linear_jvp(lambda: loop_tangent_p, _bounded_tangent),
     _tangent_transpose,
 )
-loop_adjoint_p = eqxi.create_vprim(
+loop_adjoint_p: Any = eqxi.create_vprim(
     "jaxsys_loop_adjoint",
     _adjoint_impl,
     _adjoint_abstract,

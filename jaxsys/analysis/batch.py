@@ -30,6 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
+from ..framework.ids import same_structure
 from ..framework.system import System
 from .compile_cache import SystemCache, deref
 from .integrators import IntegratorBase
@@ -49,7 +50,7 @@ def stack_contexts(contexts: Sequence[Context]) -> Context:
         )
     structure = jax.tree_util.tree_structure(contexts[0])
     for i, c in enumerate(contexts):
-        if jax.tree_util.tree_structure(c) != structure:
+        if not same_structure(jax.tree_util.tree_structure(c), structure):
             raise JaxsysError(
                 f"stack_contexts: context {i} does not have the structure of context 0 (e.g. a different fixed input)."
             )

@@ -36,6 +36,8 @@ from ..framework.dispatch import (
     dispatch_publish,
     dispatch_publish_with_status,
     dispatch_unrestricted_with_status,
+    event_leaves,
+    leaf_contexts_with_inputs,
     leaf_next_time,
     timed_leaves,
     witness_leaves,
@@ -145,7 +147,7 @@ class EventProgram:
             + [e for e in self.timed if e.kind == PUBLISH]
         )
         self.has_events = has_events(system, monitor)
-        self.witnesses: list[Any] = []
+        self.witnesses = []
         if witness_leaves(system):
             self._bind_witnesses(context)
         self._probe(context)
@@ -286,10 +288,11 @@ class EventProgram:
         """True if every periodic event time lies on the fixed-step grid t0 + n h (so a fixed-step
         run never has to shorten a step to land on one)."""
         for e in self.periodic:
-            for value in ((e.offset - t0) / h, e.period / h):
+            period, offset = _timing(e)
+            for value in ((offset - t0) / h, period / h):
                 if abs(value - round(value)) > 1e-9 * max(1.0, abs(value)):
                     return False
-            if e.offset < t0 and abs((t0 - e.offset) / e.period - round((t0 - e.offset) / e.period)) > 1e-9:
+            if offset < t0 and abs((t0 - offset) / period - round((t0 - offset) / period)) > 1e-9:
                 return False
         return True
 
@@ -325,8 +328,6 @@ class EventProgram:
         whether it is scheduled then (None when no leaf overrides it)."""
         if not self.timed_leaves:
             return None
-        from ..framework.dispatch import event_leaves, leaf_contexts_with_inputs
-
         t = context.get_time()
         leaves = event_leaves(self.system)
         ctxs = leaf_contexts_with_inputs(self.system, context)
@@ -378,13 +379,14 @@ class EventProgram:
         set (``witness_flags``: per witness, then per timed event), per-step ones always; all gated."""
         act = []
         n_w = len(self.witnesses)
+        flags: Any = witness_flags  # (given whenever witness or timed events are among ``events``)
         for e in events:
             if e.trigger is TriggerType.PERIODIC:
                 act.append(due[self.periodic.index(e)] & gate)
             elif e.trigger is TriggerType.WITNESS:
-                act.append(witness_flags[self.witness_of[id(e)]] & gate)
+                act.append(flags[self.witness_of[id(e)]] & gate)
             elif e.trigger is TriggerType.TIMED:
-                act.append(witness_flags[n_w + _index_of(self.timed, e)] & gate)
+                act.append(flags[n_w + _index_of(self.timed, e)] & gate)
             else:
                 act.append(jnp.asarray(gate))
         return jnp.stack(act) if act else jnp.zeros((0,), bool)
@@ -514,12 +516,19 @@ class EventProgram:
         out = []
         for e in self.loop_publish:
             if e.trigger is TriggerType.PERIODIC and t0 is not None and t_final is not None:
-                first = max(0, int(np.ceil((float(t0) - e.offset) / e.period - 1e-9)))
-                last = int(np.floor((float(t_final) - e.offset) / e.period + 1e-9))
+                period, offset = _timing(e)
+                first = max(0, int(np.ceil((float(t0) - offset) / period - 1e-9)))
+                last = int(np.floor((float(t_final) - offset) / period + 1e-9))
                 out.append(max(last - first + 1, 1))
             else:
                 out.append(default)
         return out
+
+
+def _timing(event: Event) -> tuple[float, float]:
+    """(period, offset) of a periodic event, s."""
+    assert event.period is not None and event.offset is not None, event
+    return float(event.period), float(event.offset)
 
 
 def _index_of(events: list[Event], event: Event) -> int:

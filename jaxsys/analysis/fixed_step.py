@@ -138,6 +138,7 @@ class FixedStepScan:
         """One Drake step with events: updates at t, the step, publishes at t_next (none of it once an
         event handler stopped the run)."""
         run, program = self.run, self.program
+        assert program is not None  # (steps with events only)
         istate, evals = integ
         rest, k_ev, logs, counts, status, t_stop, n_taken = evc
         can_stop = program.can_stop
@@ -180,6 +181,7 @@ class FixedStepScan:
         ev = self.events0
         istate, evals0 = run.integrator.init(run.f, run.t0, run.x0, run.aux, self.program is not None)
         integ0 = (istate, jnp.asarray(evals0, jnp.int32))
+        carry0: tuple[Any, ...]
         if self.program is not None:
             status0 = ev[6]
             t_stop0 = jnp.where(self.program.stopped(status0), run.t0, run.t_final)
@@ -203,6 +205,7 @@ class FixedStepScan:
 
     def _start_updates(self, carry: Any) -> Any:
         run, program = self.run, self.program
+        assert program is not None  # (systems with events only)
         x, integ, (rest, k_ev, logs, counts, status, t_stop, n_taken) = carry
         base = set_rest(run.context.with_time(run.t0).with_continuous_state(x), rest)
         gate = ~program.stopped(status) if program.can_stop else jnp.array(True)

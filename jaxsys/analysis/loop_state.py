@@ -31,11 +31,6 @@ CLOCK_FIELDS = ("t", "h_try", "h_ideal", "smallest", "largest", "initial", "prev
 COUNTER_FIELDS = ("steps", "attempts", "shrinkages", "substep_failures", "status", "at_minimum", "evaluations")
 
 
-def _slot(fields: tuple[str, ...], name: str, doc: str) -> property:
-    i = fields.index(name)
-    return property(lambda self: self.packed[i], doc=doc)
-
-
 def _pack(fields: tuple[str, ...], dtype: Any, values: dict[str, Any]) -> Array:
     return jnp.stack([jnp.asarray(values[k], dtype) for k in fields])
 
@@ -57,13 +52,40 @@ class Clock(NamedTuple):
 
     packed: Array
 
-    t = _slot(CLOCK_FIELDS, "t", "Current time, s.")
-    h_try = _slot(CLOCK_FIELDS, "h_try", "The step to attempt next, s.")
-    h_ideal = _slot(CLOCK_FIELDS, "h_ideal", "The last step error control chose freely, s.")
-    smallest = _slot(CLOCK_FIELDS, "smallest", "Smallest adapted step taken, s (NaN: none).")
-    largest = _slot(CLOCK_FIELDS, "largest", "Largest step taken, s.")
-    initial = _slot(CLOCK_FIELDS, "initial", "First step taken, s (NaN: none).")
-    previous = _slot(CLOCK_FIELDS, "previous", "Last step taken, s.")
+    @property
+    def t(self) -> Array:
+        """Current time, s."""
+        return self.packed[CLOCK_FIELDS.index("t")]
+
+    @property
+    def h_try(self) -> Array:
+        """The step to attempt next, s."""
+        return self.packed[CLOCK_FIELDS.index("h_try")]
+
+    @property
+    def h_ideal(self) -> Array:
+        """The last step error control chose freely, s."""
+        return self.packed[CLOCK_FIELDS.index("h_ideal")]
+
+    @property
+    def smallest(self) -> Array:
+        """Smallest adapted step taken, s (NaN: none)."""
+        return self.packed[CLOCK_FIELDS.index("smallest")]
+
+    @property
+    def largest(self) -> Array:
+        """Largest step taken, s."""
+        return self.packed[CLOCK_FIELDS.index("largest")]
+
+    @property
+    def initial(self) -> Array:
+        """First step taken, s (NaN: none)."""
+        return self.packed[CLOCK_FIELDS.index("initial")]
+
+    @property
+    def previous(self) -> Array:
+        """Last step taken, s."""
+        return self.packed[CLOCK_FIELDS.index("previous")]
 
     @staticmethod
     def start(t0: Array, h0: float) -> Clock:
@@ -88,13 +110,40 @@ class Counters(NamedTuple):
 
     packed: Array
 
-    steps = _slot(COUNTER_FIELDS, "steps", "Accepted steps.")
-    attempts = _slot(COUNTER_FIELDS, "attempts", "Step attempts.")
-    shrinkages = _slot(COUNTER_FIELDS, "shrinkages", "Steps shrunk by error control.")
-    substep_failures = _slot(COUNTER_FIELDS, "substep_failures", "Sub-step failures.")
-    status = _slot(COUNTER_FIELDS, "status", "Status code (0 = ok).")
-    at_minimum = _slot(COUNTER_FIELDS, "at_minimum", "1 while pinned at the minimum step.")
-    evaluations = _slot(COUNTER_FIELDS, "evaluations", "Derivative evaluations.")
+    @property
+    def steps(self) -> Array:
+        """Accepted steps."""
+        return self.packed[COUNTER_FIELDS.index("steps")]
+
+    @property
+    def attempts(self) -> Array:
+        """Step attempts."""
+        return self.packed[COUNTER_FIELDS.index("attempts")]
+
+    @property
+    def shrinkages(self) -> Array:
+        """Steps shrunk by error control."""
+        return self.packed[COUNTER_FIELDS.index("shrinkages")]
+
+    @property
+    def substep_failures(self) -> Array:
+        """Sub-step failures."""
+        return self.packed[COUNTER_FIELDS.index("substep_failures")]
+
+    @property
+    def status(self) -> Array:
+        """Status code (0 = ok)."""
+        return self.packed[COUNTER_FIELDS.index("status")]
+
+    @property
+    def at_minimum(self) -> Array:
+        """1 while pinned at the minimum step."""
+        return self.packed[COUNTER_FIELDS.index("at_minimum")]
+
+    @property
+    def evaluations(self) -> Array:
+        """Derivative evaluations."""
+        return self.packed[COUNTER_FIELDS.index("evaluations")]
 
     @staticmethod
     def start(evaluations: Any = 0) -> Counters:
@@ -178,7 +227,7 @@ class LoopState(NamedTuple):
     x: Array
     clock: Clock
     counters: Counters
-    grid: FixedGrid | tuple[()]
-    events: EventCarry | tuple[()]
-    integrator: Any
-    dense: DenseStep | tuple[()]
+    grid: Any  # FixedGrid in fixed-step mode, else ()
+    events: Any  # EventCarry for a system with events, else ()
+    integrator: Any  # the integrator protocol's state (opaque)
+    dense: Any  # DenseStep with dense output, else ()

@@ -3,16 +3,15 @@
 * `Run`: the system, its start context, the integrator, the vector field and the save times:
   what [`simulate`][jaxsys.simulate] hands to the fixed-step scan (`fixed_step`) or the stepping
   while loop (`stepping`).
-* `bounded_while`: a while loop of at most ``max_steps`` passes that JAX differentiates in
-  both modes (nested, checkpointed scans).
+* `bounded_while` (from `bounded`): a while loop of at most ``max_steps`` passes that JAX
+  differentiates in both modes (nested, checkpointed scans).
 * `while_fast_primal`: a while loop that runs as a plain ``lax.while_loop`` when evaluated and
   is differentiated by `adjoint` (discrete adjoint; forward sensitivity).
 * `while_with_writes_fast_primal`: the same for a loop that also fills write-only buffers (the
   saving loop's rows), which it updates in place when evaluated.
 * `WhileLoop` / `make_while_loop`: the loop flavour a ``simulate(loop=...)`` option selects.
 
-Imports: the framework (System, Context) and `integrators.base` only (and `adjoint`,
-which builds on this module, inside the derivative rule).
+Imports: the framework (System, Context), `integrators.base`, `bounded` and `adjoint`.
 """
 
 from __future__ import annotations
@@ -29,6 +28,8 @@ from jax.interpreters import ad
 
 from ..framework.context import Context
 from ..framework.system import System
+from .adjoint import loop_jvp
+from .bounded import _has_side_effects as _has_side_effects, bounded_levels as bounded_levels, bounded_while
 from .integrators.base import IntegratorBase
 
 
@@ -75,109 +76,6 @@ class Run(NamedTuple):
 
 
 # Side-effecting primitives: a body holding one is never run on a finished carry (see bounded_while).
-_EFFECT_PRIMITIVES = ("callback", "error", "print", "unreachable")
-
-
-def _has_side_effects(jaxpr: Any) -> bool:
-    """Whether a (closed) jaxpr, sub-jaxprs included, holds a host callback, an error check or any
-    other side effect: such a body must not be run on a carry whose condition is false."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    if jaxpr.effects:
-        return True
-    for eqn in jaxpr.eqns:
-        if any(k in eqn.primitive.name for k in _EFFECT_PRIMITIVES):
-            return True
-        for v in eqn.params.values():
-            for sub in v if isinstance(v, (tuple, list)) else (v,):
-                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-                    if _has_side_effects(sub):
-                        return True
-    return False
-
-
-# innermost block of bounded_while (passes run unconditionally, the finished ones discarded by a
-# select) and the block above it
-BOUNDED_INNER = 16
-# length of the blocks further out: 64 for carries of at most this many bytes, 16 above
-BOUNDED_OUTER_SMALL_CARRY_BYTES = 2048
-
-
-def bounded_levels(max_steps: int, carry_bytes: int) -> list[int]:
-    """The block lengths of `bounded_while`, innermost first: their product is at least
-    ``max_steps``.
-
-    Two forces, measured on a CPU: each level is one more recomputation of the forward run in reverse
-    mode (long runs want few levels), and each loop entry pays for the passes its blocks skip (a loop
-    entered often, between save times or events, wants short blocks). Blocks of 16, 16, then 64
-    balance them for small carries (a 2-state pendulum's gradient through 11,500 steps: 21 ms with
-    ``[16, 16, 64, 64]``, 24 ms with ``[16] * 5``; with 100 save times: 42 and 39 ms); large carries,
-    whose checkpoints cost memory traffic per pass, keep blocks of 16.
-    """
-    outer = 64 if carry_bytes <= BOUNDED_OUTER_SMALL_CARRY_BYTES else BOUNDED_INNER
-    levels = [BOUNDED_INNER]
-    total = BOUNDED_INNER
-    while total < max_steps:
-        n = min(BOUNDED_INNER if len(levels) == 1 else outer, -(-max_steps // total))
-        levels.append(n)
-        total *= n
-    return levels
-
-
-def bounded_while(cond: Any, body: Any, init: Any, max_steps: int) -> Any:
-    """A while loop of at most ``max_steps`` passes that JAX can differentiate in both modes: nested
-    scans of conditional blocks, each block above the innermost checkpointed (recomputed in reverse
-    mode, so memory grows with the number of levels, not of steps).
-
-    The same construction as equinox's bounded loop (``equinox.internal.while_loop(kind="bounded")``)
-    with two differences measured on a CPU: the innermost block of 16 passes runs its passes
-    unconditionally and keeps the finished ones' carries by a select (in reverse mode a conditional per
-    pass costs ~2-3 us, more than a small system's whole step); and further out, blocks of 64 for small
-    carries (fewer levels, so fewer recomputations; see `bounded_levels`). A finished pass runs
-    the body on its block's first carry, a state the loop really stepped from, so that reverse mode
-    never meets the body's partials at a finished state (which may be infinite: a zero cotangent times
-    them is NaN). A body holding a side effect (a host callback, an error check) is never run by a
-    finished pass: it keeps a conditional per pass (found from the body's jaxpr). Under ``vmap`` the
-    conditionals ask whether any member goes on. Reverse mode through 11,500 steps of a pendulum
-    (benchmark S2a-grad, calls interleaved): 21 ms against 35 ms for equinox's loop, 2.4 ms forward;
-    with 100 save times, 42 ms against 55 ms.
-    """
-    leaves = jax.tree_util.tree_leaves(init)
-    carry_bytes = sum(jnp.size(x) * jnp.result_type(x).itemsize for x in leaves)
-    levels = bounded_levels(max_steps, carry_bytes)
-    guarded = _has_side_effects(jax.make_jaxpr(body)(init))
-
-    # Under vmap the conditionals test whether any member goes on (``unvmap_any``: a batched
-    # predicate would turn a conditional into a select, running every pass of every block), and each
-    # member keeps its own carry by the select.
-    # A finished pass runs the body on the block's first carry (one that went on: blocks are entered
-    # only then), not on the finished one: a body run on a finished carry (a step of size zero, say)
-    # may have infinite partials, and a zero cotangent times an infinite partial is NaN in reverse.
-    def select(go: Any, a: Any, b: Any) -> Any:
-        return jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), a, b)
-
-    def inner_block(entry: Any) -> Any:
-        def inner_pass(c: Any, _: Any) -> tuple[Any, None]:
-            go = cond(c)
-            arg = select(go, c, entry)
-            new = jax.lax.cond(eqxi.unvmap_any(go), body, lambda c: c, arg) if guarded else body(arg)
-            return select(go, new, c), None
-
-        return jax.lax.scan(inner_pass, entry, None, length=levels[0])[0]
-
-    def block(c: Any, k: int) -> Any:
-        if k == 0:
-            return inner_block(c)
-
-        def outer_pass(c: Any, _: Any) -> tuple[Any, None]:
-            return jax.lax.cond(eqxi.unvmap_any(cond(c)), lambda c: block(c, k - 1), lambda c: c, c), None
-
-        return jax.lax.scan(jax.checkpoint(outer_pass, prevent_cse=False), c, None, length=levels[k])[0]
-
-    # (entered only if the loop runs at all: a block's first carry is one that goes on)
-    top = len(levels) - 1
-    return jax.lax.cond(eqxi.unvmap_any(cond(init)), lambda c: block(c, top), lambda c: c, init)
-
-
 def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: str = "adjoint") -> Any:
     """A while loop that runs as a plain ``lax.while_loop`` when it is evaluated, and is
     differentiated by `adjoint` (``reverse="adjoint"``, the default: forward mode by the plain
@@ -203,11 +101,10 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: 
 
     def run_jvp(primals: Any, tangents: Any) -> Any:
         c0, bc, cc = primals
-        body_p, bp, dbp = packed(body_c, list(bc), list(tangents[1]))
-        cond_p, cp, dcp = packed(cond_c, list(cc), list(tangents[2]))
+        body_p, bp, dbp_ = packed(body_c, list(bc), list(tangents[1]))
+        cond_p, cp, dcp_ = packed(cond_c, list(cc), list(tangents[2]))
+        dbp, dcp = dbp_ or [], dcp_ or []  # (tangents given: lists)
         if reverse == "adjoint":
-            from .adjoint import loop_jvp  # (adjoint builds on this module)
-
             primals = (c0, tuple(bp), tuple(cp))
             return loop_jvp(body_p, cond_p, primals, (tangents[0], tuple(dbp), tuple(dcp)), max_steps)
 

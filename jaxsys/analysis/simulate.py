@@ -100,7 +100,9 @@ _TRACER_ERRORS = (
 
 
 _LIBRARIES = tuple(
-    os.path.dirname(os.path.abspath(m.__file__)) for m in (jax, np, eqx, os, functools) if getattr(m, "__file__", None)
+    os.path.dirname(os.path.abspath(f))
+    for f in (getattr(m, "__file__", None) for m in (jax, np, eqx, os, functools))
+    if f
 )
 
 
@@ -535,11 +537,11 @@ def _simulate_body(
     c_t0 = concrete(t0) if known_t0 is None else np.asarray(known_t0)
     c_tf = concrete(t_final)
     init_values: Any = ()
-    events = None
+    events: Any = None
     # the run's event program: built (witnesses bound, handlers probed) and frozen before the loop
     program = EventProgram(system, context, monitor)
     if program:
-        context, init_values, events = _start_events(
+        context, init_values, events = start_events(
             program, context, initialize, updates_at_start, c_t0, c_tf, log_capacity
         )
     progress = progress_meter if progress_meter is not None else NoProgressMeter()
@@ -741,7 +743,7 @@ def _check_values(system: System, context: Context, t_final: Any, save_at: Any) 
         )
 
 
-def _start_events(
+def start_events(
     program: EventProgram,
     context: Context,
     initialize: bool,
@@ -753,7 +755,8 @@ def _start_events(
     """Drake's ``Simulator::Initialize`` (when ``initialize``): initialization updates and publishes,
     then the per-step and periodic publishes due at the start and the monitor. Returns the context,
     the initialization publish values, and ``(program, periodic counters, logs, rest, counts,
-    status)``."""
+    status)``. The one implementation of Initialize: ``simulate`` calls it inside its compiled run, the
+    ``Simulator``'s ``initialize`` eagerly."""
     t0 = context.get_time()
     init_values: Any = ()
     status = EventStatus.did_nothing()

@@ -39,7 +39,7 @@ from .results import (
     SimulatorStatusReason as SimulatorStatusReason,
     Status as Status,
 )
-from .simulate import _right_now, _right_now_publishes, simulate as simulate
+from .simulate import _right_now, simulate as simulate, start_events
 from .witness_isolation import isolation_window
 
 
@@ -127,7 +127,7 @@ class Simulator:
     ):
         self._system = system
         self._witness_isolation = witness_isolation
-        self._context = context if context is not None else system.create_default_context()
+        self._context: Any = context if context is not None else system.create_default_context()
         system.validate_context(self._context)
         self._integrator = integrator or RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-4)
         self._rate = 0.0
@@ -190,22 +190,18 @@ class Simulator:
         packed = np.array([0, -1])
         self._stats = {}  # (Drake's Initialize resets the statistics, then counts its own events)
         if program:
-            context = self._context
-            context, self._init_publishes, status, counts, update_status = program.initialize(context)
-            packed = np.asarray(program.pack(status))
-            k0 = program.init_counters(context.get_time(), True, True)
-            logs0 = program.allocate_logs(context, [1] * len(program.loop_publish))
-            # (all publishes of Initialize run together, as Drake's: only an update stops them)
-            gate = jnp.array(bool(int(np.asarray(program.pack(update_status))[0]) < EventStatus.REACHED_TERMINATION))
-            flags = _right_now_publishes(program, context)  # (the same Initialize publishes as simulate's)
-            _, self._init_logs, n_p, p_status = program.publishes(context, k0, gate, logs0, flags)
-            packed = np.asarray(program.fold(jnp.asarray(packed), program.pack(p_status)))
+            # Drake's Initialize, the same code as simulate's (start_events): initialization updates and
+            # publishes, then the per-step, periodic and right-now timed publishes due at the start and
+            # the monitor, all dispatched together (only an update's termination or failure stops them)
+            context, self._init_publishes, events = start_events(program, self._context, True, True, t0, None, 1)
+            _, _, self._init_logs, _, counts, status = events
+            packed = np.asarray(status)
             now = _right_now(program, context, "update")
             if now is not None:  # (right-now timed updates: at the first step's start, as Drake's)
                 self._pending = self._pending | now
             self._context = context
             for name, n in (
-                ("num_publishes", max(int(counts[0]), int(n_p))),
+                ("num_publishes", int(counts[0])),
                 ("num_discrete_updates", int(counts[1])),
                 ("num_unrestricted_updates", int(counts[2])),
             ):

@@ -14,12 +14,14 @@ Imports: the framework (System, Context) and `integrators.base`, `results` only.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from ..framework.context import Context
+from ..framework.diagram import Diagram
+from ..framework.leaf_system import LeafSystem
 from ..framework.system import System
 from .integrators.base import IntegratorBase
 from .results import STATUS_MIN_STEP, STATUS_NEWTON_FAILED, STATUS_NONFINITE
@@ -48,7 +50,7 @@ def choose_step(
     t: Array,
     boundary: Array,
     h_try: Array,
-    grid: tuple[Array, Array] | tuple[()],
+    grid: Any,  # (t_boundary, steps since it) in fixed-step mode, else ()
     has_state: bool,
 ) -> StepChoice:
     """The step to attempt from ``t`` toward ``boundary`` (Drake's ``IntegrateAtMost``).
@@ -262,9 +264,6 @@ def state_change_norm(
 
 def has_identity_maps(system: System) -> bool:
     """Whether every leaf of ``system`` keeps the default N(q) = I (qdot = v)."""
-    from ..framework.diagram import Diagram
-    from ..framework.leaf_system import LeafSystem
-
     if isinstance(system, Diagram):
         return all(has_identity_maps(s) for s in system.subsystems)
     if isinstance(system, LeafSystem):

@@ -90,7 +90,7 @@ class StepStart(NamedTuple):
     """
 
     x: Array
-    events: EventCarry | tuple[()]
+    events: Any  # EventCarry, or () without events
     f: Callable[[Array, Array], Array]
     aux: Any
     make_ctx: Callable[[Array, Array], Context]
@@ -158,7 +158,7 @@ class StepLoop:
         """The carry at the start: time t0, the integrator's first step, no statistics yet."""
         run, integrator = self.run, self.integrator
         x0, t0, dtype = run.x0, run.t0, run.t0.dtype
-        h0 = integrator.get_initial_step_size_target()
+        h0: Any = integrator.get_initial_step_size_target()
         if self.initial_step is not None and not self.fixed:
             h_carried = jnp.asarray(self.initial_step, dtype)
             ok = jnp.isfinite(h_carried) & (h_carried > 0)
@@ -274,11 +274,12 @@ class StepLoop:
         # event time sees the state before that event's updates, as the fixed-step scan's does
         t_ev = program.next_event_time(k_ev, t.dtype)
         boundary = jnp.where(t_ev < boundary - time_tolerance(boundary), t_ev, boundary)
-        timed = program.next_timed(base)
-        if timed is not None:
+        next_timed = program.next_timed(base)
+        timed = None
+        if next_timed is not None:
             # nor over a time a system asked for (Drake's CalcNextUpdateTime, after the updates); a time
             # that is now makes a step of zero length, whose publishes and next updates handle its events
-            t_c, due_c = timed
+            t_c, due_c = next_timed
             now = t_c <= t + time_tolerance(t)
             boundary = jnp.minimum(boundary, jnp.where(now, t, t_c))
             timed = (t_c, due_c, now)
@@ -374,7 +375,7 @@ class StepLoop:
         choice: StepChoice,
         attempt: StepResult,
         verdict: Verdict,
-        landing: tuple[Array, Array, Array, Array],
+        landing: tuple[Any, ...],
     ) -> LoopState:
         """Step 6: time, state and statistics after the attempt (the state is unchanged if rejected).
 
@@ -416,6 +417,7 @@ class StepLoop:
         if self.dense:
             # the last attempt, accepted or not: the loop stops right after an accepted step passes the
             # target, so when the saving loop reads it, it is the step that passed (no select needed)
+            assert attempt.dense is not None  # (the integrator was asked for it)
             dense = DenseStep.make(clock.t, h, start.x, x_new, attempt.dense)
         grid = s.grid
         if self.fixed:
@@ -440,10 +442,11 @@ class StepLoop:
             t_c, due_c, _ = start.timed
             reached = s.clock.t >= t_c - time_tolerance(t_c)
             w_now = jnp.concatenate([w_now, due_c & reached & accept])
-        n_flags = len(self.program.witnesses) + len(self.program.timed)
+        program = self.program
+        n_flags = len(program.witnesses) + len(program.timed)
         if w_now.shape[0] < n_flags:  # (timed events that no do_calc_next_update_time schedules)
             w_now = jnp.concatenate([w_now, jnp.zeros((n_flags - w_now.shape[0],), bool)])
-        k_ev, logs, n_p, p_status = self.program.publishes(after, ev.periodic, accept, ev.logs, w_now)
+        k_ev, logs, n_p, p_status = program.publishes(after, ev.periodic, accept, ev.logs, w_now)
         events = EventCarry(
             rest=ev.rest,
             periodic=k_ev,
@@ -451,7 +454,7 @@ class StepLoop:
             step_open=~accept,
             counts=ev.counts + jnp.stack([n_p, start.n_d, start.n_u]),
             witness_pending=jnp.where(accept, w_now, ev.witness_pending),
-            status=self.program.fold_in(ev.status, p_status),
+            status=program.fold_in(ev.status, p_status),
         )
         return s._replace(events=events)
 
@@ -511,6 +514,7 @@ class StepLoop:
         """The first step's start-of-step updates, done before the loop (whose first step then skips
         them, as after a rejected attempt)."""
         program, ev = self.program, s.events
+        assert program is not None  # (called for systems with events only)
         base = self.context_at(s, s.clock.t, s.x)
         base, k_ev, n_u, n_d, u_status = program.updates(base, ev.periodic, ~ev.step_open, ev.witness_pending)
         events = ev._replace(

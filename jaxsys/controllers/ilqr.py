@@ -364,7 +364,7 @@ def _ilqr_program(
             hist = jnp.full((max_iterations + 1,), jnp.nan, cost.dtype).at[0].set(cost)
             tiny = jnp.finfo(cost.dtype).tiny
             zero = jnp.zeros((), jnp.int32)
-            init = (zero, xs, u, cost, mu, jnp.zeros((N, m, n), xs.dtype), jnp.zeros((N, m), xs.dtype))
+            init: tuple[Any, ...] = (zero, xs, u, cost, mu, jnp.zeros((N, m, n), xs.dtype), jnp.zeros((N, m), xs.dtype))
             init += (hist, jnp.ones((), jnp.int32), zero, jnp.array(False))
 
             def cond(c: Any) -> Array:

@@ -230,11 +230,11 @@ def linear_quadratic_regulator_system(
     output u = u0 − K (x − x0)."""
     lin = linearize(system, context, input_port_index, output_port_index="none")
     lctx = lin.create_default_context()
-    K, _ = linear_quadratic_regulator(lin.A(lctx), lin.B(lctx), Q, R, N)
+    K_, _ = linear_quadratic_regulator(lin.A(lctx), lin.B(lctx), Q, R, N)
     u_port, _ = input_output_ports(system, input_port_index, "none")
     x0 = context.get_continuous_state_vector()
     u0 = u_port.eval(context)
-    K = np.asarray(K)
+    K = np.asarray(K_)
     return AffineSystem(
         np.zeros((0, 0)), np.zeros((0, K.shape[1])), (), np.zeros((K.shape[0], 0)), -K, np.asarray(u0 + K @ x0)
     )

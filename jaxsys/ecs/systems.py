@@ -60,7 +60,7 @@ class UpdateInfo(eqx.Module):
     real_time: jax.Array
 
     @staticmethod
-    def start(paused: bool = True) -> UpdateInfo:
+    def start(paused: Any = True) -> UpdateInfo:
         """The info before the first step."""
         z = jnp.zeros((), jnp.int32)
         return UpdateInfo(z, z, z, z, jnp.asarray(paused), jnp.zeros((), jnp.result_type(float)))
@@ -360,8 +360,9 @@ def run(
         return jax.lax.cond(w.control.stopped, skip, go) if can_stop else go()
 
     xs = schedule if schedule is not None else jnp.zeros((num_steps,), bool)
-    (world, info, _), outputs = jax.lax.scan(body, (world, info, rs), xs)
-    return world, info, outputs
+    final: Any = jax.lax.scan(body, (world, info, rs), xs)
+    (world, info_end, _), outputs = final
+    return world, info_end, outputs
 
 
 def configure(world: World, systems: Sequence[EcsSystem]) -> World:

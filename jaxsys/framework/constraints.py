@@ -98,7 +98,7 @@ class SystemConstraint:
         """The constraint value g(context), shape ``(size,)`` (Drake: ``Calc``)."""
         if self._system is not None:
             self._system.validate_context(context)
-        fn = self._calc
+        fn: Any = self._calc
         owner = getattr(fn, "__self__", None)
         if owner is not None and self._system is not None and owner is self._system:
             value = fn.__func__(self._system, context)

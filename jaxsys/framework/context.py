@@ -27,7 +27,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +35,7 @@ import numpy as np
 
 from .drake_names import drake_name_error
 from .errors import StateError
-from .ids import INVALID_SYSTEM_ID, describe_system_id
+from .ids import INVALID_SYSTEM_ID, describe_system_id, same_structure
 from .values import (
     AbstractValues as AbstractValues,
     ContinuousState as ContinuousState,
@@ -126,7 +126,7 @@ class Context(abc.ABC):
                     f"must be a number in (0, 1] or None; got {accuracy!r}."
                 )
             accuracy = a
-        return dataclasses.replace(self, accuracy=accuracy)
+        return dataclasses.replace(cast(Any, self), accuracy=accuracy)
 
     # --- time --------------------------------------------------------------------------------
     def get_time(self) -> Array:
@@ -173,7 +173,7 @@ class Context(abc.ABC):
 
     # --- discrete state ----------------------------------------------------------------------
     def _discrete_index(self) -> list[tuple[int, int]]:
-        out = []
+        out: list[Any] = []
         for i, leaf in enumerate(self._leaf_contexts()):
             out.extend((i, g) for g in range(leaf.state.discrete_state.num_groups()))
         return out
@@ -240,7 +240,7 @@ class Context(abc.ABC):
 
     # --- abstract state ----------------------------------------------------------------------
     def _abstract_index(self) -> list[tuple[int, int]]:
-        out = []
+        out: list[Any] = []
         for i, leaf in enumerate(self._leaf_contexts()):
             out.extend((i, k) for k in range(leaf.state.abstract_state.size()))
         return out
@@ -319,13 +319,13 @@ class Context(abc.ABC):
 
     # --- parameters --------------------------------------------------------------------------
     def _numeric_index(self) -> list[tuple[int, int]]:
-        out = []
+        out: list[Any] = []
         for i, leaf in enumerate(self._leaf_contexts()):
             out.extend((i, k) for k in range(len(leaf.parameters.numeric)))
         return out
 
     def _abstract_param_index(self) -> list[tuple[int, int]]:
-        out = []
+        out: list[Any] = []
         for i, leaf in enumerate(self._leaf_contexts()):
             out.extend((i, k) for k in range(len(leaf.parameters.abstract)))
         return out
@@ -452,7 +452,7 @@ class Context(abc.ABC):
         for a, b in zip(mine, theirs):
             a_vals, a_def = jax.tree_util.tree_flatten((a.state, a.parameters))
             b_vals, b_def = jax.tree_util.tree_flatten(_strip_ids((b.state, b.parameters)))
-            if jax.tree_util.tree_structure(_strip_ids((a.state, a.parameters))) != b_def or any(
+            if not same_structure(jax.tree_util.tree_structure(_strip_ids((a.state, a.parameters))), b_def) or any(
                 np.shape(x) != np.shape(y) for x, y in zip(a_vals, b_vals)
             ):
                 raise StateError(

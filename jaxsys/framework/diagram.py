@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -106,7 +106,7 @@ class Diagram(System):
     def _system_at(self, path: Path) -> System:
         s: System = self
         for i in path:
-            s = s.subsystems[i]  # type: ignore[attr-defined]
+            s = s.subsystems[i]
         return s
 
     def _path_of(self, system: System) -> Path:
@@ -476,7 +476,7 @@ class Diagram(System):
                 inputs[k] = ev.source_value(src)
             except InputPortNotConnectedError:
                 inputs[k] = None
-        return dataclasses.replace(sub, inputs=tuple(inputs))
+        return dataclasses.replace(cast(Any, sub), inputs=tuple(inputs))
 
     def get_subsystem_state(self, context: Context, subsystem: System) -> Any:
         """The State of ``subsystem`` in ``context`` (Drake: ``GetSubsystemState``)."""
@@ -501,7 +501,7 @@ class Diagram(System):
             src = resolve_in(path, k)
             if not (src[0] == "fixed" and src[1] == path):
                 inputs[k] = None
-        subcontext = dataclasses.replace(subcontext, inputs=tuple(inputs)).with_time(context.time)
+        subcontext = dataclasses.replace(cast(Any, subcontext), inputs=tuple(inputs)).with_time(context.time)
 
         def replace(ctx: DiagramContext, rest: Path) -> DiagramContext:
             i = rest[0]
@@ -517,8 +517,12 @@ class Diagram(System):
         out = list(super()._all_constraints())
         for p in self._flat().leaf_paths:
             leaf = self._system_at(p)
+
+            def of_leaf(ctx: Context, _leaf: System = leaf) -> Context:
+                return self.get_subsystem_context(ctx, _leaf)
+
             for c in leaf._spec.constraints:
-                out.append((c, lambda ctx, _leaf=leaf: self.get_subsystem_context(ctx, _leaf)))
+                out.append((c, of_leaf))
         return out
 
 

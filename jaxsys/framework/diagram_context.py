@@ -72,10 +72,10 @@ def _take_member(tree: Any, m: int) -> Any:
     return jax.tree_util.tree_map(lambda a: a[m], tree)
 
 
-def _pack_signature(leaf: LeafContext) -> Any:
+def _pack_signature(leaf: Any) -> Any:
     """Structure, shapes and dtypes of a leaf context (ids ignored), or None if it cannot be stacked."""
     vals, treedef = jax.tree_util.tree_flatten(with_system_id(leaf, INVALID_SYSTEM_ID))
-    out = []
+    out: list[Any] = []
     for v in vals:
         if not isinstance(v, (jax.Array, np.ndarray)):
             return None
@@ -146,7 +146,7 @@ class DiagramContext(Context):
                 members_all.append(tuple((i, subs[i].system_id) for i in members))
                 for m, i in enumerate(members):
                     slot[i] = (p, m)
-        loose = []
+        loose: list[Any] = []
         slots = []
         for i, sub in enumerate(subs):
             if i in slot:
@@ -219,8 +219,9 @@ class DiagramContext(Context):
                 subs.append(leaves[pos])
                 pos += 1
             else:
-                n = self.loose[m]._num_leaves()
-                subs.append(self.loose[m]._with_leaf_contexts(leaves[pos : pos + n]))
+                loose: Any = self.loose[m]
+                n = loose._num_leaves()
+                subs.append(loose._with_leaf_contexts(leaves[pos : pos + n]))
                 pos += n
         return DiagramContext.make(self.time, subs, self.inputs, self.system_id, self.layout.plan(), self.accuracy)
 

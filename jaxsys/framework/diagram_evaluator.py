@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .context import Context, DiagramContext, LeafContext, with_system_id
-from .errors import AlgebraicLoopError, InputPortNotConnectedError
-from .leaf_system import _Lazy, _Raise, _Unfed
+from .errors import AlgebraicLoopError, InputPortNotConnectedError, _Raise
+from .leaf_system import _Lazy, _Unfed
 from .system import System
 from .vectorize import stack
 
@@ -102,11 +102,11 @@ class _Evaluator:
         self.diagram = diagram
         self.flat = diagram._flat()
         self.context = context
-        self.x = x  # when given: the continuous state (diagram ordering) overriding the context's
+        self.x: Any = x  # when given: the continuous state (diagram ordering) overriding the context's
         self.prepared = prepared  # stacked group contexts computed before a loop (or None)
         self._leaf_ctx_cache: dict[int, LeafContext] = {}
         self._stored: dict[int, LeafContext] = {}  # leaf contexts as stored, taken when first needed
-        self._pieces: list[jax.Array] | None = None  # x cut into the leaves' q, v, z blocks
+        self._pieces: Any = None  # x cut into the leaves' q, v, z blocks
         self.leaves = [diagram._system_at(p) for p in self.flat.leaf_paths]
         self.memo: dict[tuple[int, int], Any] = {}
         self.active: set[tuple[int, int]] = set()
@@ -157,7 +157,7 @@ class _Evaluator:
     def context_at(self, path: Path) -> Context:
         ctx: Context = self.context
         for i in path:
-            ctx = ctx._subcontext(i)  # type: ignore[attr-defined]
+            ctx = ctx._subcontext(i)
         return ctx
 
     def source_value(self, src: tuple[Any, ...]) -> Any:
@@ -281,7 +281,7 @@ class _Evaluator:
             src = self.flat.input_source[(li, k)]
             if src[0] == "out" and src[1] in self.group_of and not self.leaves[src[1]]._feedthrough_inputs_of(src[2]):
                 g2, m2 = self.group_of[src[1]]
-                akey = ("g", g2, src[2])
+                akey: tuple[Any, ...] = ("g", g2, src[2])
                 if akey not in arrays:
                     arrays[akey] = self.group_output(g2, src[2])
                 picks.append((akey, m2))

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .context import Context, DiscreteValues, State
-from .errors import StateError
+from .errors import InputPortNotConnectedError, StateError, _Raise
 from .event_status import FAILED, REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
 from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
 
@@ -31,14 +31,14 @@ if TYPE_CHECKING:
 def event_leaves(system: System) -> list[Any]:
     """The leaves of ``system`` (itself for a LeafSystem), in context order."""
     if hasattr(system, "subsystems"):
-        flat = system._flat()  # type: ignore[attr-defined]
-        return [system._system_at(p) for p in flat.leaf_paths]  # type: ignore[attr-defined]
+        flat = system._flat()
+        return [system._system_at(p) for p in flat.leaf_paths]
     return [system]
 
 
 def all_events(system: System) -> list[tuple[int, Event]]:
     """(leaf index, event) for every event declared anywhere in ``system``."""
-    out = []
+    out: list[Any] = []
     for li, leaf in enumerate(event_leaves(system)):
         for e in getattr(leaf._spec, "events", ()):
             out.append((li, e))
@@ -53,11 +53,8 @@ def leaf_contexts_with_inputs(system: System, context: Context) -> list[Context]
     be evaluated (unconnected) becomes a placeholder that raises only if a handler reads it.
     """
     if hasattr(system, "subsystems"):
-        from .errors import InputPortNotConnectedError
-        from .leaf_system import _Raise
-
-        ev = system._evaluator(context)  # type: ignore[attr-defined]
-        out = []
+        ev = system._evaluator(context)
+        out: list[Any] = []
         for li, leaf in enumerate(ev.leaves):
             inputs = []
             for k in range(leaf.num_input_ports()):
@@ -127,7 +124,7 @@ def dispatch_publish_with_status(
     and the handlers' combined [`EventStatus`][jaxsys.EventStatus] (first worst, in leaf order)."""
     leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     recorded: dict[int, Any] = {}
-    statuses = []
+    statuses: list[Any] = []
     for li, sub in by_leaf.items():
         values, status = split_status(leaves[li].do_publish(ctxs[li], sub))
         if not isinstance(values, tuple) or len(values) != sub.size():
@@ -154,7 +151,7 @@ def dispatch_discrete_with_status(
     failed update)."""
     leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     leaf_ctxs = list(context._leaf_contexts())
-    statuses = []
+    statuses: list[Any] = []
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state.discrete_state
         new, status = split_status(leaves[li].do_calc_discrete_variable_updates(ctxs[li], sub, old))
@@ -180,7 +177,7 @@ def dispatch_unrestricted_with_status(
     combined status (a leaf whose status is did_nothing or failed keeps its state)."""
     leaves, ctxs, by_leaf = _by_leaf(system, context, events)
     leaf_ctxs = list(context._leaf_contexts())
-    statuses = []
+    statuses: list[Any] = []
     for li, sub in by_leaf.items():
         old = leaf_ctxs[li].state
         new, status = split_status(leaves[li].do_calc_unrestricted_update(ctxs[li], sub, old))
@@ -226,29 +223,25 @@ def _keep_unless_applied(status: EventStatus, new: Any, old: Any) -> Any:
     return jax.tree_util.tree_map(lambda a, b: jnp.where(applied, a, b), new, old)
 
 
+def _overrides(leaf: Any, name: str) -> bool:
+    """Whether ``leaf``'s class overrides the framework's default ``name`` (a method the defaults mark
+    with ``_jaxsys_default``)."""
+    return not getattr(getattr(type(leaf), name, None), "_jaxsys_default", False)
+
+
 def witness_leaves(system: System) -> list[int]:
     """Indices of the leaves that declare witness functions or override ``do_get_witness_functions``
     (known before tracing: whether a simulation must monitor witnesses at all)."""
-    from .leaf_system import LeafSystem
-
-    base = LeafSystem.do_get_witness_functions
     return [
         li
         for li, leaf in enumerate(event_leaves(system))
-        if getattr(leaf._spec, "witnesses", None) or getattr(type(leaf), "do_get_witness_functions", base) is not base
+        if getattr(leaf._spec, "witnesses", None) or _overrides(leaf, "do_get_witness_functions")
     ]
 
 
 def timed_leaves(system: System) -> list[int]:
     """Indices of the leaves whose class overrides ``do_calc_next_update_time``."""
-    from .leaf_system import LeafSystem
-
-    base = LeafSystem.do_calc_next_update_time
-    return [
-        li
-        for li, leaf in enumerate(event_leaves(system))
-        if getattr(type(leaf), "do_calc_next_update_time", base) is not base
-    ]
+    return [li for li, leaf in enumerate(event_leaves(system)) if _overrides(leaf, "do_calc_next_update_time")]
 
 
 def leaf_next_time(leaf: Any, context: Context, timed: list[Event], t: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -336,7 +329,7 @@ def normalize_discrete(leaf: Any, new: Any, old: DiscreteValues, where: str) -> 
             f"{where} of System {leaf.get_system_id_string()} returned {len(groups)} discrete group(s); "
             f"the system has {old.num_groups()}."
         )
-    out = []
+    out: list[Any] = []
     for i, (g, o) in enumerate(zip(groups, old.groups)):
         g = jnp.asarray(g)
         if g.shape != o.shape:

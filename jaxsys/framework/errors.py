@@ -9,6 +9,8 @@ Imports: nothing from jaxsys.
 
 from __future__ import annotations
 
+import jax
+
 
 class JaxsysError(Exception):
     """Base class of every error raised by jaxsys."""
@@ -51,3 +53,13 @@ class DeclarationError(JaxsysError, ValueError):
 
 class MissingOverrideError(JaxsysError, NotImplementedError):
     """A system declared something (e.g. continuous state) without overriding the method computing it."""
+
+
+class _Raise:
+    """An input whose source could not be evaluated (e.g. unconnected): raises only if read."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+jax.tree_util.register_pytree_node(_Raise, lambda x: ((), x), lambda aux, _: aux)

@@ -57,7 +57,7 @@ class _ClassOrInstance:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, instance: Any, owner: type) -> Any:
+    def __get__(self, instance: Any, owner: Any) -> Any:
         severity = self.severity
         if instance is None:
 

@@ -89,6 +89,7 @@ class Event:
         """Index k of the first occurrence offset + k period at or after (``inclusive``) / after t."""
         t = jnp.asarray(t)
         tol = _time_tolerance(t)
+        assert self.period is not None  # (periodic events only)
         k = (t - self.offset) / self.period
         k = jnp.where(inclusive, jnp.ceil(k - tol / self.period), jnp.floor(k + tol / self.period) + 1.0)
         return jnp.maximum(k, 0.0).astype(jnp.int32)
@@ -206,3 +207,12 @@ class CompositeEventCollection:
 
     def __repr__(self) -> str:
         return f"CompositeEventCollection({self._c})"
+
+
+def _call(system: Any, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a declared callback; a method of ``system`` is called on the live ``system``."""
+    owner = getattr(fn, "__self__", None)
+    func = getattr(fn, "__func__", None)
+    if owner is not None and func is not None and getattr(owner, "_spec", None) is system._spec:
+        return func(system, *args)
+    return fn(*args)

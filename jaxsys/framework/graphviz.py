@@ -68,9 +68,9 @@ def graphviz_fragment(system: System, max_depth: int) -> list[str]:
     ]
     for p in system._spec.input_ports:
         lines.append(f"{_node(system)}_u{p.get_index()} [shape=ellipse, style=dashed, label={_quote(p.get_name())}];")
-    for p in system._spec.output_ports:
-        lines.append(f"{_node(system)}_y{p.get_index()} [shape=ellipse, style=dashed, label={_quote(p.get_name())}];")
-    subs = system.subsystems  # type: ignore[attr-defined]
+    for q in system._spec.output_ports:
+        lines.append(f"{_node(system)}_y{q.get_index()} [shape=ellipse, style=dashed, label={_quote(q.get_name())}];")
+    subs = system.subsystems
     for s in subs:
         lines.extend(graphviz_fragment(s, max_depth - 1))
     spec = system._spec

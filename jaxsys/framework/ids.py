@@ -75,3 +75,8 @@ def validate_created_for(system: System, obj: Any, what: str | None = None) -> N
     if theirs == mine:  # two instances with the same path: tell them apart by id
         theirs, mine = f"{theirs[:-1]}, id {obj_id})", f"{mine[:-1]}, id {system.get_system_id()})"
     raise SystemMismatchError(f"{kind} was created for System {theirs}, not for System {mine}. {_TROUBLESHOOT}")
+
+
+def same_structure(a: Any, b: Any) -> bool:
+    """Whether two pytree definitions (``jax.tree_util.tree_structure``) are equal."""
+    return bool(a == b)

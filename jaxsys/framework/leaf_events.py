@@ -22,20 +22,18 @@ import numpy as np
 
 from .constraints import SystemConstraint, SystemConstraintIndex
 from .context import Context, DiscreteValues, State
+from .dispatch import check_state, normalize_discrete
 from .errors import DeclarationError
 from .event_status import DID_NOTHING, FAILED, REACHED_TERMINATION, SUCCEEDED, EventStatus, combine, split_status
-from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType
+from .events import DISCRETE_UPDATE, PUBLISH, UNRESTRICTED_UPDATE, Event, EventCollection, TriggerType, _call
 from .system import System
 from .witness import WitnessFunction, WitnessFunctionDirection
 
 
-def _call(system: System, fn: Callable[..., Any], *args: Any) -> Any:
-    """Call a declared callback; a method of ``system`` is called on the live ``system``."""
-    owner = getattr(fn, "__self__", None)
-    func = getattr(fn, "__func__", None)
-    if owner is not None and func is not None and getattr(owner, "_spec", None) is system._spec:
-        return func(system, *args)
-    return fn(*args)
+def _handler(event: Event) -> Callable[..., Any]:
+    """The callback of an event the default handlers run (declared with one)."""
+    assert event.callback is not None, event
+    return event.callback
 
 
 def _returned_none(system: System, event: Event, expected: str) -> DeclarationError:
@@ -79,15 +77,20 @@ def _gated_call(active: Any, run: Callable[..., Any], operand: Any) -> tuple[Any
             return result, (jnp.ones((), jnp.int32), jnp.full((), -1, jnp.int32))
         return result, (status.severity, status.which)
 
+    no: Callable[..., Any]
     if operand is None:
         shape = jax.eval_shape(yes)
 
-        def no() -> Any:
+        def no_value() -> Any:
             return _zeros_like_shape(shape[0]), (jnp.zeros((), jnp.int32), jnp.full((), -1, jnp.int32))
+
+        no = no_value
     else:
 
-        def no(a: Any) -> Any:
+        def keep(a: Any) -> Any:
             return a, (jnp.zeros((), jnp.int32), jnp.full((), -1, jnp.int32))
+
+        no = keep
 
     result, packed = jax.lax.cond(active, yes, no, *args)
     status = box.get("status")
@@ -341,14 +344,15 @@ class LeafEvents(System):
         status)``), returns ``(values, combined status)``. An override must not (and cannot) change
         the state; it may return ``(values, status)`` too.
         """
-        out, statuses = [], []
+        out: list[Any] = []
+        statuses: list[Any] = []
         for e, active in events:
             if e.callback is None:
                 out.append(None)
                 continue
 
             def run(e: Event = e) -> Any:
-                value, status = split_status(_call(self, e.callback, context))
+                value, status = split_status(_call(self, _handler(e), context))
                 if isinstance(value, (Context, State)):
                     raise DeclarationError(
                         f"The publish callback of {e!r} returned a {type(value).__name__}: publish events cannot "
@@ -376,16 +380,14 @@ class LeafEvents(System):
         run (Drake's dispatcher stops at the first failure). With statuses, returns ``(values, combined
         status)``.
         """
-        from .dispatch import normalize_discrete
-
         ds = discrete_state
-        statuses = []
+        statuses: list[Any] = []
         for e, active in events:
             if e.callback is None:
                 continue
 
             def run(ds: DiscreteValues, e: Event = e) -> Any:
-                new, status = split_status(_call(self, e.callback, context, ds))
+                new, status = split_status(_call(self, _handler(e), context, ds))
                 if new is None and status is None:
                     raise _returned_none(self, e, "the new discrete values (a vector per group, or DiscreteValues)")
                 new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
@@ -401,16 +403,14 @@ class LeafEvents(System):
         Default: each active event's ``callback(context, state_so_far) -> State`` in order; statuses as
         in `do_calc_discrete_variable_updates`.
         """
-        from .dispatch import check_state
-
         st = state
-        statuses = []
+        statuses: list[Any] = []
         for e, active in events:
             if e.callback is None:
                 continue
 
             def run(st: State, e: Event = e) -> Any:
-                new, status = split_status(_call(self, e.callback, context, st))
+                new, status = split_status(_call(self, _handler(e), context, st))
                 if new is None and status is None:
                     raise _returned_none(self, e, "the new State (e.g. state.with_continuous_state(x))")
                 new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
@@ -432,3 +432,9 @@ class LeafEvents(System):
     ) -> SystemConstraintIndex:
         """Declare ``lower <= calc(context) <= upper`` (Drake: ``DeclareInequalityConstraint``)."""
         return self.add_constraint(SystemConstraint(calc, lower, upper, description))
+
+
+# the defaults a leaf may override, marked so that the dispatcher can tell an override without
+# importing the leaf classes (framework.dispatch: witness_leaves, timed_leaves)
+for _name in ("do_get_witness_functions", "do_calc_next_update_time"):
+    getattr(LeafEvents, _name)._jaxsys_default = True

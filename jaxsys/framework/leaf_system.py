@@ -49,10 +49,13 @@ from .errors import (
     MissingOverrideError,
     PortError,
     StateError,
+    _Raise,
 )
+from .events import _call
 from .feedthrough import jaxpr_dependencies
-from .leaf_events import LeafEvents, _call
+from .leaf_events import LeafEvents
 from .ports import ABSTRACT, VECTOR, InputPort, OutputPort, abstract_signature
+from .vectorize import leaf_signature
 
 
 class ContinuousStateIndex(int):
@@ -98,14 +101,7 @@ class _Lazy:
         return self.value
 
 
-class _Raise:
-    """An input whose source could not be evaluated (e.g. unconnected): raises only if read."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-for _cls in (_Unfed, _Lazy, _Raise):
+for _cls in (_Unfed, _Lazy):
     jax.tree_util.register_pytree_node(_cls, lambda x: ((), x), lambda aux, _: aux)
 
 
@@ -120,7 +116,7 @@ class LeafSystem(LeafEvents):
     """
 
     def __init__(self, name: str = "") -> None:
-        super().__init__(name)
+        super().__init__(name)  # type: ignore[arg-type]  # (System.__init__(name): mypy reads equinox's field init)
         spec = self._spec
         spec.num_q = spec.num_v = spec.num_z = 0
         spec.x0 = None
@@ -552,8 +548,6 @@ class LeafSystem(LeafEvents):
             return frozenset()
         # Structurally identical leaves (same class, configuration and calc code) have the same
         # feedthrough: trace once per structure, not once per instance.
-        from .vectorize import leaf_signature
-
         try:
             key = leaf_signature(self, include_feedthrough=False)
             hash(key)
@@ -582,7 +576,7 @@ class LeafSystem(LeafEvents):
             def out_fn(*inputs: Any, _j: int = j, _ctx: LeafContext = ctx) -> Any:
                 return self._calc_output_raw(_ctx._with_inputs(tuple(inputs)), _j)
 
-            deps = jaxpr_dependencies(out_fn, placeholders)
+            deps = jaxpr_dependencies(out_fn, placeholders or [])
             if deps is None:
                 deps = [True] * n_in
             pairs.update((i, j) for i in range(n_in) if deps[i])

@@ -11,12 +11,13 @@ Imports (within jaxsys): ``context``, ``errors``, ``system``.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .context import default_float_dtype
 from .drake_names import drake_name_error
 from .errors import PortError
 
@@ -95,8 +96,6 @@ class _Port:
 
     def allocate(self) -> Any:
         """A zero value of the port's type (Drake: ``Allocate``)."""
-        from .context import default_float_dtype
-
         if self._kind == VECTOR:
             return jnp.zeros((self._size,), default_float_dtype())
         return jax.tree_util.tree_map(jnp.asarray, self._model)
@@ -129,8 +128,6 @@ class _Port:
                 )
             arr = jnp.asarray(value)
             if not jnp.issubdtype(arr.dtype, jnp.inexact):
-                from .context import default_float_dtype
-
                 arr = arr.astype(default_float_dtype())
             return arr
         sig = abstract_signature(self._model)
@@ -192,7 +189,7 @@ class InputPort(_Port):
         value = self.check_value(value, "InputPort.fix_value")
         inputs = list(context.inputs)
         inputs[self._index] = value
-        return dataclasses.replace(context, inputs=tuple(inputs))
+        return dataclasses.replace(cast(Any, context), inputs=tuple(inputs))
 
     def has_value(self, context: Context) -> bool:
         """True if the port has a value in ``context`` (Drake: ``HasValue``)."""

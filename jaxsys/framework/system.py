@@ -35,14 +35,43 @@ from .context import (
 )
 from .drake_names import drake_name_error
 from .errors import JaxsysError, PortError, StateError
-from .ids import INVALID_SYSTEM_ID, new_system_id, validate_created_for
+from .graphviz import graphviz_fragment, graphviz_string, input_port_token, output_port_token
+from .ids import INVALID_SYSTEM_ID, new_system_id, same_structure, validate_created_for
 from .ports import InputPort, OutputPort
 from .system_constraints import ConstraintReport as ConstraintReport, SystemConstraints
 from .system_events import SystemEvents
 
 
 class _SystemSpec:
-    """Static structure of a System, filled by its constructor. Identity-hashed (never traced)."""
+    """Static structure of a System, filled by its constructor. Identity-hashed (never traced).
+
+    Every system has the attributes set in ``__init__``; a leaf's constructor adds its declarations
+    and a diagram's its wiring and evaluation plans (annotated here, set there)."""
+
+    # a LeafSystem's declarations (leaf_system.LeafSystem.__init__ and its declare_* methods)
+    num_q: int
+    num_v: int
+    num_z: int
+    x0: Any
+    continuous_declared: bool
+    discrete_defaults: list[Any]
+    abstract_defaults: list[Any]
+    numeric_param_defaults: list[Any]
+    abstract_param_defaults: list[Any]
+    output_calcs: list[Any]
+    output_feedthrough: list[Any]
+    events: list[Any]
+    witnesses: list[Any]
+    # a Diagram's wiring and evaluation plans (diagram.Diagram)
+    connections: dict[Any, Any]
+    input_targets: list[Any]
+    output_sources: list[Any]
+    flat: Any
+    resolve_in: Any
+    pack_plan: Any
+    state_positions: Any
+    state_blocks: Any
+    groups: Any
 
     def __init__(self, owner: System, name: str) -> None:
         self.system_id = new_system_id(owner)
@@ -137,7 +166,7 @@ class System(SystemEvents, SystemConstraints):
         if root is self:
             self.validate_context(root_context)
             return root_context
-        return root.get_subsystem_context(root_context, self)  # type: ignore[attr-defined]
+        return root.get_subsystem_context(root_context, self)
 
     def set_my_context_in_root(self, root_context: Context, my_context: Context) -> Context:
         """A copy of ``root_context`` with this system's context replaced by ``my_context`` (the
@@ -146,7 +175,7 @@ class System(SystemEvents, SystemConstraints):
         if root is self:
             self.validate_context(my_context)
             return my_context
-        return root.set_subsystem_context(root_context, self, my_context)  # type: ignore[attr-defined]
+        return root.set_subsystem_context(root_context, self, my_context)
 
     def update_my_context_in_root(self, root_context: Context, fn: Callable[[Context], Context]) -> Context:
         """``set_my_context_in_root(root_context, fn(get_my_context_from_root(root_context)))``: change
@@ -351,7 +380,7 @@ class System(SystemEvents, SystemConstraints):
         """Check that ``context`` belongs to this system and has its structure (Drake: ``CheckValidContext``)."""
         self.validate_context(context)
         ref = self._allocate_context(context.time.dtype)
-        if jax.tree_util.tree_structure(ref) != jax.tree_util.tree_structure(context):
+        if not same_structure(jax.tree_util.tree_structure(ref), jax.tree_util.tree_structure(context)):
             raise StateError(
                 f"The Context given to System {self.get_system_id_string()} does not have the "
                 f"structure of the context it creates."
@@ -583,26 +612,18 @@ class System(SystemEvents, SystemConstraints):
         Render it with ``dot -Tsvg`` or [`plot_system`][jaxsys.plot_system]. ``max_depth`` limits how many
         levels of nested diagrams are expanded.
         """
-        from .graphviz import graphviz_string
-
         return graphviz_string(self, max_depth)
 
     def get_graphviz_fragment(self, max_depth: int = 1_000_000) -> list[str]:
         """The lines of this system's node (or cluster) in a Graphviz graph (Drake: ``GetGraphvizFragment``)."""
-        from .graphviz import graphviz_fragment
-
         return graphviz_fragment(self, max_depth)
 
     def get_graphviz_input_port_token(self, port: InputPort, max_depth: int = 1_000_000) -> str:
         """The Graphviz node:port token of an input port (Drake: ``GetGraphvizInputPortToken``)."""
-        from .graphviz import input_port_token
-
         return input_port_token(self, port.get_index(), max_depth)
 
     def get_graphviz_output_port_token(self, port: OutputPort, max_depth: int = 1_000_000) -> str:
         """The Graphviz node:port token of an output port (Drake: ``GetGraphvizOutputPortToken``)."""
-        from .graphviz import output_port_token
-
         return output_port_token(self, port.get_index(), max_depth)
 
     # ===== scalar conversion ===================================================================

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
@@ -54,6 +54,15 @@ class ConstraintReport:
 class SystemConstraints(eqx.Module):
     """Constraint methods of [`System`][jaxsys.System] (a base class without fields)."""
 
+    if TYPE_CHECKING:  # (provided by System, which this base is mixed into)
+        _spec: Any
+
+        def validate_context(self, context: Any) -> None: ...
+
+        def get_system_id_string(self) -> str: ...
+
+        def _calc_time_derivatives_raw(self, context: Context) -> jax.Array: ...
+
     # ===== constraints =========================================================================
     def add_constraint(self, constraint: SystemConstraint) -> SystemConstraintIndex:
         """Add a SystemConstraint to this system (Drake: ``AddConstraint``); returns its index."""
@@ -63,7 +72,7 @@ class SystemConstraints(eqx.Module):
                 f"got {type(constraint).__name__}."
             )
         self._spec.constraints.append(constraint)
-        constraint._attach(self)
+        constraint._attach(cast(Any, self))
         return SystemConstraintIndex(len(self._spec.constraints) - 1)
 
     def num_constraints(self) -> int:

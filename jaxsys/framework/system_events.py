@@ -11,32 +11,61 @@ Imports (within jaxsys): ``context``, ``dispatch``, ``errors``, ``events``, ``le
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
 from .context import Context, DiscreteValues, State
+from .dispatch import (
+    all_events,
+    dispatch_discrete,
+    dispatch_discrete_with_status,
+    dispatch_publish,
+    dispatch_publish_with_status,
+    dispatch_unrestricted,
+    dispatch_unrestricted_with_status,
+    event_leaves,
+    leaf_contexts_with_inputs,
+    leaf_next_time,
+    timed_leaves,
+)
 from .errors import StateError
-from .events import CompositeEventCollection
+from .events import KINDS, CompositeEventCollection, EventCollection, TriggerType, _call, _time_tolerance
+from .witness import unwrap_witness
+
+
+if TYPE_CHECKING:
+    from .system import System
+
+
+def _system(obj: Any) -> System:
+    """``obj`` as the System it is (these bases are mixed into System only)."""
+    return cast("System", obj)
 
 
 class SystemEvents(eqx.Module):
     """Event and witness methods of [`System`][jaxsys.System] (a base class without fields)."""
 
+    if TYPE_CHECKING:  # (provided by System, which this base is mixed into)
+        _spec: Any
+
+        def validate_context(self, context: Any) -> None: ...
+
+        def get_system_id_string(self) -> str: ...
+
+        def _calc_time_derivatives_raw(self, context: Context) -> jax.Array: ...
+
     # ===== events ==============================================================================
     def _events_where(self, predicate: Callable[[Any], bool]) -> list[Any]:
-        from .dispatch import all_events
-
-        return [e for _, e in all_events(self) if predicate(e)]
+        return [e for _, e in all_events(_system(self)) if predicate(e)]
 
     def _collection(self, trigger: Any) -> CompositeEventCollection:
-        from .events import KINDS, EventCollection
+        def of(kind: str) -> EventCollection:
+            return EventCollection(self._events_where(lambda e: e.trigger is trigger and e.kind == kind))
 
-        per = {
-            k: EventCollection(self._events_where(lambda e, k=k: e.trigger is trigger and e.kind == k)) for k in KINDS
-        }
+        per = {k: of(k) for k in KINDS}
         return CompositeEventCollection(**per)
 
     def allocate_composite_event_collection(self) -> CompositeEventCollection:
@@ -45,38 +74,26 @@ class SystemEvents(eqx.Module):
 
     def get_per_step_events(self) -> CompositeEventCollection:
         """Events to handle at every step (Drake: ``GetPerStepEvents``)."""
-        from .events import TriggerType
-
         return self._collection(TriggerType.PER_STEP)
 
     def get_initialization_events(self) -> CompositeEventCollection:
         """Events to handle once at initialization (Drake: ``GetInitializationEvents``)."""
-        from .events import TriggerType
-
         return self._collection(TriggerType.INITIALIZATION)
 
     def get_periodic_events(self) -> CompositeEventCollection:
         """All periodic events (Drake: ``MapPeriodicEventsByTiming``, as one collection)."""
-        from .events import TriggerType
-
         return self._collection(TriggerType.PERIODIC)
 
     def get_forced_publish_events(self) -> Any:
         """Drake: ``get_forced_publish_events``."""
-        from .events import TriggerType
-
         return self._collection(TriggerType.FORCED).get_publish_events()
 
     def get_forced_discrete_update_events(self) -> Any:
         """Drake: ``get_forced_discrete_update_events``."""
-        from .events import TriggerType
-
         return self._collection(TriggerType.FORCED).get_discrete_update_events()
 
     def get_forced_unrestricted_update_events(self) -> Any:
         """Drake: ``get_forced_unrestricted_update_events``."""
-        from .events import TriggerType
-
         return self._collection(TriggerType.FORCED).get_unrestricted_update_events()
 
     def publish(self, context: Context, events: Any = None) -> tuple[Any, ...]:
@@ -84,54 +101,46 @@ class SystemEvents(eqx.Module):
 
         Returns one recorded value (or None) per event. Publishing never changes the context.
         """
-        from .dispatch import dispatch_publish
-
         self.validate_context(context)
-        return dispatch_publish(self, context, self.get_forced_publish_events() if events is None else events)
+        return dispatch_publish(_system(self), context, self.get_forced_publish_events() if events is None else events)
 
     def force_publish(self, context: Context) -> tuple[Any, ...]:
         """Run the forced publish events (Drake: ``ForcedPublish``); raises if a handler fails, with
         Drake's message (under ``jit``: an ``equinox.error_if`` raised when the function runs)."""
-        from .dispatch import dispatch_publish_with_status
-
         self.validate_context(context)
-        values, status = dispatch_publish_with_status(self, context, self.get_forced_publish_events())
+        values, status = dispatch_publish_with_status(_system(self), context, self.get_forced_publish_events())
         return status.throw_on_failure("ForcedPublish", values)
 
     def calc_discrete_variable_updates(self, context: Context, events: Any = None) -> DiscreteValues:
         """New discrete state after the discrete-update ``events`` (Drake: ``CalcDiscreteVariableUpdates``);
         with no ``events``, the forced ones. Returns the values (the context is unchanged)."""
-        from .dispatch import dispatch_discrete
-
         self.validate_context(context)
-        return dispatch_discrete(self, context, self.get_forced_discrete_update_events() if events is None else events)
+        return dispatch_discrete(
+            _system(self), context, self.get_forced_discrete_update_events() if events is None else events
+        )
 
     def calc_forced_discrete_variable_update(self, context: Context) -> DiscreteValues:
         """The discrete state after the forced discrete-update events (Drake:
         ``CalcForcedDiscreteVariableUpdate``); raises if a handler fails, with Drake's message."""
-        from .dispatch import dispatch_discrete_with_status
-
         self.validate_context(context)
-        values, status = dispatch_discrete_with_status(self, context, self.get_forced_discrete_update_events())
+        values, status = dispatch_discrete_with_status(_system(self), context, self.get_forced_discrete_update_events())
         return status.throw_on_failure("CalcForcedDiscreteVariableUpdate", values)
 
     def calc_unrestricted_update(self, context: Context, events: Any = None) -> State:
         """New whole state after the unrestricted-update ``events`` (Drake: ``CalcUnrestrictedUpdate``);
         with no ``events``, the forced ones."""
-        from .dispatch import dispatch_unrestricted
-
         self.validate_context(context)
         return dispatch_unrestricted(
-            self, context, self.get_forced_unrestricted_update_events() if events is None else events
+            _system(self), context, self.get_forced_unrestricted_update_events() if events is None else events
         )
 
     def calc_forced_unrestricted_update(self, context: Context) -> State:
         """The state after the forced unrestricted-update events (Drake:
         ``CalcForcedUnrestrictedUpdate``); raises if a handler fails, with Drake's message."""
-        from .dispatch import dispatch_unrestricted_with_status
-
         self.validate_context(context)
-        values, status = dispatch_unrestricted_with_status(self, context, self.get_forced_unrestricted_update_events())
+        values, status = dispatch_unrestricted_with_status(
+            _system(self), context, self.get_forced_unrestricted_update_events()
+        )
         return status.throw_on_failure("CalcForcedUnrestrictedUpdate", values)
 
     def calc_next_update_time(self, context: Context) -> tuple[jax.Array, CompositeEventCollection]:
@@ -139,18 +148,15 @@ class SystemEvents(eqx.Module):
         (events a leaf schedules with ``do_calc_next_update_time``), and the events due then (Drake:
         ``CalcNextUpdateTime``). Events due within a relative 1e-12 are simultaneous. Returns (inf,
         empty collection) when nothing is scheduled."""
-        from .dispatch import event_leaves, leaf_contexts_with_inputs, leaf_next_time, timed_leaves
-        from .events import KINDS, EventCollection, TriggerType, _time_tolerance
-
         self.validate_context(context)
         periodic = self._events_where(lambda e: e.is_periodic())
         timed = self._events_where(lambda e: e.trigger is TriggerType.TIMED)
         t = context.get_time()
         times = [e.occurrence(e.next_time_index(t, inclusive=False), t.dtype) for e in periodic]
         candidates = list(periodic)
-        custom = timed_leaves(self)
+        custom = timed_leaves(_system(self))
         if custom:
-            leaves, ctxs = event_leaves(self), leaf_contexts_with_inputs(self, context)
+            leaves, ctxs = event_leaves(_system(self)), leaf_contexts_with_inputs(_system(self), context)
             flags = jnp.zeros((len(timed),), bool)
             times_t = jnp.full((len(timed),), jnp.inf, t.dtype)
             for li in custom:
@@ -177,7 +183,7 @@ class SystemEvents(eqx.Module):
         an overridden ``do_get_witness_functions``) is listed when its condition holds (concrete
         contexts) or always (traced ones: use `witness_activity` for the mask)."""
         witnesses, active = self.witness_activity(context)
-        out = []
+        out: list[Any] = []
         for w, a in zip(witnesses, active):
             if isinstance(a, jax.core.Tracer) or bool(a):
                 out.append(w)
@@ -194,11 +200,8 @@ class SystemEvents(eqx.Module):
 
     def _witness_items(self, context: Context) -> list[tuple[Any, Any]]:
         """(witness, activity condition or None) for every item of the leaves' ``do_get_witness_functions``."""
-        from .dispatch import event_leaves, leaf_contexts_with_inputs
-        from .witness import unwrap_witness
-
-        out = []
-        for leaf, ctx in zip(event_leaves(self), leaf_contexts_with_inputs(self, context)):
+        out: list[Any] = []
+        for leaf, ctx in zip(event_leaves(_system(self)), leaf_contexts_with_inputs(_system(self), context)):
             out.extend(unwrap_witness(item) for item in leaf.do_get_witness_functions(ctx))
         return out
 
@@ -208,13 +211,10 @@ class SystemEvents(eqx.Module):
         return self._evaluate_witness_raw(context, witness)
 
     def _evaluate_witness_raw(self, context: Context, witness: Any) -> jax.Array:
-        from .dispatch import event_leaves, leaf_contexts_with_inputs
-        from .leaf_system import _call
-
-        leaves = event_leaves(self)
+        leaves = event_leaves(_system(self))
         for li, leaf in enumerate(leaves):
             if leaf._spec is witness.system._spec:
-                ctx = leaf_contexts_with_inputs(self, context)[li]
+                ctx = leaf_contexts_with_inputs(_system(self), context)[li]
                 raw = _call(leaf, witness.calc, ctx)
                 who = f"Witness function {witness.description!r} of System {leaf.get_system_id_string()}"
                 if isinstance(raw, (tuple, list, dict)) or raw is None:

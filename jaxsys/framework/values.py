@@ -11,6 +11,7 @@ Imports: `errors` and `ids` only.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import jax
@@ -18,7 +19,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import StateError
-from .ids import INVALID_SYSTEM_ID, describe_system_id
+from .ids import INVALID_SYSTEM_ID, describe_system_id, same_structure
+
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # (Python 3.10: typing_extensions comes with equinox)
+    from typing_extensions import dataclass_transform
 
 
 Array = jax.Array
@@ -29,6 +36,7 @@ def _static(default: Any) -> Any:
     return dataclasses.field(default=default, metadata={"static": True})
 
 
+@dataclass_transform(frozen_default=True, eq_default=False)
 def _pytree_dataclass(cls: type) -> type:
     """A frozen dataclass registered as a pytree; static fields are metadata.
 
@@ -204,7 +212,7 @@ class AbstractValues:
 def _check_same_structure(owner_id: int, what: str, old: Any, new: Any) -> None:
     old_def = jax.tree_util.tree_structure(old)
     new_def = jax.tree_util.tree_structure(new)
-    if old_def != new_def:
+    if not same_structure(old_def, new_def):
         raise StateError(
             f"{what} of System {describe_system_id(owner_id)} has structure {old_def}; "
             f"the value given has structure {new_def}."

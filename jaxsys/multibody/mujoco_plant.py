@@ -57,6 +57,7 @@ import numpy as np
 from ..framework.context import Context, default_float_dtype
 from ..framework.errors import DeclarationError, InputPortNotConnectedError, JaxsysError, PortError, StateError
 from ..framework.leaf_system import DiscreteStateIndex, LeafSystem, NumericParameterIndex
+from ..optimization.fitting import FitParameter
 from .results import BodyPoses, ContactResults
 
 
@@ -495,8 +496,6 @@ class MujocoPlant(LeafSystem):
         the field's MuJoCo shape, e.g. ``body_mass`` ``3`` or ``body_inertia`` ``(2, 1)``), numbered in
         ``root_context`` (the context [`fit_parameters`][jaxsys.fit_parameters] is given). ``bounds``: ``lower``,
         ``upper``, ``positive``."""
-        from ..optimization.fitting import FitParameter
-
         k = int(self.model_parameter_index(name))
         shape = self._param_shapes[k]
         flat = int(np.ravel_multi_index(np.atleast_1d(element), shape)) if shape else 0

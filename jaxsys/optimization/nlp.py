@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -38,7 +39,7 @@ def _lbfgs_inner(fun: Callable[[jax.Array], jax.Array], max_iterations: int, gto
     opt = optax.lbfgs()
     value_and_grad = optax.value_and_grad_from_state(fun)
 
-    def run(z: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def run(z: jax.Array) -> tuple[jax.Array, Any]:
         def cond(carry: tuple) -> jax.Array:
             z, state, it = carry
             g = optax.tree.get(state, "grad")
@@ -62,9 +63,10 @@ def _flat_bounds(bound: Any, z0: Any, fill: float) -> np.ndarray:
     if bound is None:
         return np.full(flat0.shape, fill)
     leaves0, tree0 = jax.tree_util.tree_flatten(z0)
+    tree0_: Any = tree0
     if not isinstance(bound, dict) and np.ndim(bound) == 0 and not isinstance(z0, (int, float)):
         return np.full(flat0.shape, float(bound))
-    leaves = tree0.flatten_up_to(bound)
+    leaves = tree0_.flatten_up_to(bound)
     parts = [
         np.broadcast_to(np.full(np.shape(x0), fill) if b is None else np.asarray(b, float), np.shape(x0)).ravel()
         for b, x0 in zip(leaves, leaves0)
@@ -314,7 +316,10 @@ class SparseJacobian:
             J = np.asarray(dense(z))
             pattern = (J != 0) if pattern.size == 0 else (pattern | (J != 0))
         m = pattern.shape[0] if pattern.ndim == 2 else 0
-        self.rows, self.cols = np.nonzero(pattern) if m else (np.zeros(0, int), np.zeros(0, int))
+        rows: Any
+        cols: Any
+        rows, cols = np.nonzero(pattern) if m else (np.zeros(0, int), np.zeros(0, int))
+        self.rows, self.cols = rows, cols
         colors = _greedy_column_coloring(pattern, n) if m else np.zeros(n, int)
         self.num_colors = int(colors.max()) + 1 if n else 0
         self.shape = (m, n)
@@ -433,15 +438,15 @@ def ipopt(
     violation = float(prob.violation(z))
     value = float(prob.objective(z))
     status = int(result["status"])
-    iterations = iterations[0]
+    n_iterations = iterations[0]
     converged = bool(status in (0, 1) and np.isfinite(value) and violation <= tolerance)
     message = result["status_msg"]
     message = message.decode() if isinstance(message, bytes) else str(message)
     return prob.unravel(z), {
         "violation": violation,
         "objective": value,
-        "iterations": iterations,
-        "inner_iterations": iterations,
+        "iterations": n_iterations,
+        "inner_iterations": n_iterations,
         "converged": converged,
         "message": f"IPOPT: {message}",
         "tolerance": tolerance,
@@ -450,7 +455,7 @@ def ipopt(
     }
 
 
-SOLVERS = {"slsqp": slsqp, "augmented_lagrangian": augmented_lagrangian, "ipopt": ipopt}
+SOLVERS: dict[str, Callable[..., Any]] = {"slsqp": slsqp, "augmented_lagrangian": augmented_lagrangian, "ipopt": ipopt}
 
 
 def solve_nlp(

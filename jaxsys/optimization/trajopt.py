@@ -200,7 +200,7 @@ class _ShootingModel:
         self.integrator = RungeKutta4Integrator(max_step_size=1.0 / (self.N * substeps))
         self.x0 = context.get_continuous_state_vector()
 
-    def rollout(self, x_start: jax.Array, u: jax.Array, T: jax.Array, t_start: jax.Array = 0.0) -> jax.Array:
+    def rollout(self, x_start: jax.Array, u: jax.Array, T: Any, t_start: Any = 0.0) -> jax.Array:
         """States at the segment's knots, starting from x_start, under the first-order-hold input u."""
         dtype = self.base.get_time().dtype
         ctx = self.base.with_numeric_parameter(0, jnp.reshape(u, (-1,)).astype(dtype))
@@ -434,7 +434,7 @@ def direct_collocation(
     return _result("direct_collocation", times, z["u"], unpack(z), info)
 
 
-def _result(method: str, times: np.ndarray, u: jax.Array, x: jax.Array, info: dict[str, Any]) -> TrajOptResult:
+def _result(method: str, times: Any, u: jax.Array, x: jax.Array, info: dict[str, Any]) -> TrajOptResult:
     violation, tolerance = info["violation"], info["tolerance"]
     success = bool(info["converged"])
     if not success:

@@ -306,9 +306,11 @@ class Demultiplexer(LeafSystem):
         self.declare_vector_input_port("u0", sum(self.sizes))
         start = 0
         for i, n in enumerate(self.sizes):
-            self.declare_vector_output_port(
-                f"y{i}", n, lambda c, a=start, b=start + n: self.get_input_port(0).eval(c)[a:b]
-            )
+
+            def piece(c: Context, a: int = start, b: int = start + n) -> Any:
+                return self.get_input_port(0).eval(c)[a:b]
+
+            self.declare_vector_output_port(f"y{i}", n, piece)
             start += n
 
 

@@ -26,6 +26,7 @@ class ZeroOrderHold(LeafSystem):
 
     def __init__(self, period_sec: float, size: Any, offset_sec: float = 0.0, name: str = "") -> None:
         super().__init__(name)
+        held: Any
         if _is_size(size):
             held = self.declare_discrete_state(int(size))
             self.declare_vector_input_port("u", int(size))
@@ -73,25 +74,38 @@ class DiscreteDerivative(LeafSystem):
         self.declare_periodic_discrete_update_event(self.time_step, 0.0, self._update)
 
     def _update(self, context: Context, ds: Any) -> Any:
-        groups = [self.get_input_port(0).eval(context), context.get_discrete_state(0)]
-        if self.suppress_initial_transient:
-            groups.append(context.get_discrete_state(2) + 1.0)
-        return tuple(groups)
+        return _sample(self, context)
 
     def calc_dudt(self, context: Context) -> Any:
         """(u[n] − u[n−1]) / h (zero until two samples exist, when suppressing the transient)."""
-        d = (context.get_discrete_state(0) - context.get_discrete_state(1)) / self.time_step
-        if not self.suppress_initial_transient:
-            return d
-        return jnp.where(context.get_discrete_state(2)[0] >= 2.0, d, 0.0)
+        return _dudt(self, context)
 
     def set_input_history(self, context: Context, u_n: Any, u_n_minus_1: Any) -> Context:
         """``context`` with the past samples u[n] and u[n−1] set (and the transient suppression turned
         off), Drake's ``set_input_history``; returns the new context."""
-        ctx = context.with_discrete_state(0, jnp.asarray(u_n)).with_discrete_state(1, jnp.asarray(u_n_minus_1))
-        if self.suppress_initial_transient:
-            ctx = ctx.with_discrete_state(2, jnp.full((1,), 2.0))
-        return ctx
+        return _with_history(self, context, u_n, u_n_minus_1)
+
+
+# the sampling both discrete-derivative blocks share (their state: u[n], u[n-1], samples taken)
+def _sample(block: Any, context: Context) -> Any:
+    groups = [block.get_input_port(0).eval(context), context.get_discrete_state(0)]
+    if block.suppress_initial_transient:
+        groups.append(context.get_discrete_state(2) + 1.0)
+    return tuple(groups)
+
+
+def _dudt(block: Any, context: Context) -> Any:
+    d = (context.get_discrete_state(0) - context.get_discrete_state(1)) / block.time_step
+    if not block.suppress_initial_transient:
+        return d
+    return jnp.where(context.get_discrete_state(2)[0] >= 2.0, d, 0.0)
+
+
+def _with_history(block: Any, context: Context, u_n: Any, u_n_minus_1: Any) -> Context:
+    ctx = context.with_discrete_state(0, jnp.asarray(u_n)).with_discrete_state(1, jnp.asarray(u_n_minus_1))
+    if block.suppress_initial_transient:
+        ctx = ctx.with_discrete_state(2, jnp.full((1,), 2.0))
+    return ctx
 
 
 class StateInterpolatorWithDiscreteDerivative(LeafSystem):
@@ -117,12 +131,17 @@ class StateInterpolatorWithDiscreteDerivative(LeafSystem):
         self.declare_vector_output_port("state", 2 * num_positions, self.calc_state)
         self.declare_periodic_discrete_update_event(self.time_step, 0.0, self._update)
 
-    _update = DiscreteDerivative._update
-    set_input_history = DiscreteDerivative.set_input_history
+    def _update(self, context: Context, ds: Any) -> Any:
+        return _sample(self, context)
+
+    def set_input_history(self, context: Context, u_n: Any, u_n_minus_1: Any) -> Context:
+        """``context`` with the past position samples q[n] and q[n−1] set (Drake's ``set_input_history``
+        of the inner DiscreteDerivative); returns the new context."""
+        return _with_history(self, context, u_n, u_n_minus_1)
 
     def calc_state(self, context: Context) -> Any:
         """[q, (q[n] − q[n−1]) / h]."""
-        return jnp.concatenate([self.get_input_port(0).eval(context), DiscreteDerivative.calc_dudt(self, context)])
+        return jnp.concatenate([self.get_input_port(0).eval(context), _dudt(self, context)])
 
     def set_initial_position(self, context: Context, position: Any) -> Context:
         """``context`` with the history set so the velocity output is zero at ``position``."""

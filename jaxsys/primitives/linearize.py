@@ -14,8 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..framework.context import Context
+from ..framework.context import Context, DiscreteValues
+from ..framework.dispatch import all_events, dispatch_discrete
 from ..framework.errors import JaxsysError
+from ..framework.events import DISCRETE_UPDATE, EventCollection, TriggerType
 from ..framework.ports import vector_input_ports, vector_output_ports
 from ..framework.system import System
 from .linear import AffineSystem, LinearSystem
@@ -47,9 +49,6 @@ def input_output_ports(system: System, input_port_index: Any, output_port_index:
 
 def _discrete_info(system: System, context: Context) -> tuple[bool, float | None]:
     """(is a discrete-time system?, its period)."""
-    from ..framework.dispatch import all_events
-    from ..framework.events import DISCRETE_UPDATE, TriggerType
-
     n_cont = context.num_continuous_states()
     n_groups = context.num_discrete_state_groups()
     if n_cont and n_groups:
@@ -71,10 +70,6 @@ def _discrete_info(system: System, context: Context) -> tuple[bool, float | None
 
 
 def _functions(system: System, context: Context, u_port: Any, y_port: Any, discrete: bool) -> tuple[Any, Any, Any, Any]:
-    from ..framework.context import DiscreteValues
-    from ..framework.dispatch import dispatch_discrete
-    from ..framework.events import DISCRETE_UPDATE, EventCollection, TriggerType
-
     if discrete:
         n = context.num_discrete_state_groups()
         if n != 1:

@@ -63,6 +63,7 @@ class MultilayerPerceptron(LeafSystem):
         for k, (n_in, n_out) in zip(jax.random.split(key, len(self.layer_sizes) - 1), self._shapes()):
             # drawn in float32 whatever the x64 setting: the same seed gives the same network
             lin = eqx.nn.Linear(n_in, n_out, key=k, dtype=jnp.float32)
+            assert lin.bias is not None  # (use_bias, the default)
             parts += [lin.weight.ravel(), lin.bias.ravel()]
         return jnp.concatenate(parts)
 

@@ -46,7 +46,11 @@ class Selector(LeafSystem):
                         f"{sizes}."
                     )
             sel.append(picks)
-            self.declare_vector_output_port(f"y{j}", len(picks), lambda c, j=j: self._select(c, j))
+
+            def select(c: Context, j: int = j) -> Any:
+                return self._select(c, j)
+
+            self.declare_vector_output_port(f"y{j}", len(picks), select)
         self.selections = tuple(sel)
 
     def _select(self, context: Context, j: int) -> jax.Array:

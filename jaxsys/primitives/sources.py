@@ -28,9 +28,11 @@ class TrajectorySource(LeafSystem):
         super().__init__(name)
         self.declare_abstract_parameter(trajectory)
         for k in range(output_derivative_order + 1):
-            self.declare_vector_output_port(
-                f"y{k}", trajectory.rows(), lambda c, k=k: c.get_abstract_parameter(0).value(c.get_time(), k)
-            )
+
+            def derivative(c: Context, k: int = k) -> Any:
+                return c.get_abstract_parameter(0).value(c.get_time(), k)
+
+            self.declare_vector_output_port(f"y{k}", trajectory.rows(), derivative)
 
     def with_trajectory(self, context: Context, trajectory: PiecewisePolynomial) -> Context:
         """``context`` with a new trajectory of the same shape (Drake: ``UpdateTrajectory``)."""

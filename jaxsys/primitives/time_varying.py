@@ -179,7 +179,7 @@ def TrajectoryAffineSystem(  # noqa: N802 - Drake's class name
     ``TrajectoryAffineSystem``): each a [`PiecewisePolynomial`][jaxsys.PiecewisePolynomial] of the matrix flattened
     row-major (e.g. ``K`` of a finite-horizon LQR); None for zero."""
     n, m, p = num_states, num_inputs, num_outputs
-    fns = [
+    A_, B_, f0_, C_, D_, y0_ = (
         _from_trajectory(tr, shape, what)
         for tr, shape, what in (
             (A, (n, n), "A"),
@@ -189,8 +189,8 @@ def TrajectoryAffineSystem(  # noqa: N802 - Drake's class name
             (D, (p, m), "D"),
             (y0, (p,), "y0"),
         )
-    ]
-    return TimeVaryingAffineSystem(*fns, n, m, p, time_period, name)
+    )
+    return TimeVaryingAffineSystem(A_, B_, f0_, C_, D_, y0_, n, m, p, time_period, name)
 
 
 def TrajectoryLinearSystem(  # noqa: N802 - Drake's class name

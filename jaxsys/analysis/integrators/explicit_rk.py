@@ -153,8 +153,8 @@ class _ExplicitRK(IntegratorBase):
             return x_new, err, ok, k_end, None, k1
         x_new, err, ok, K = self._stages_rolled(f, t, x, h, k_first, t_end, k_valid)
         k_end = K[len(self.c) - 1]
-        interp = self._interpolation_data(K, k_end) if dense else None
-        return x_new, err, ok, k_end, interp, K[0]
+        data = self._interpolation_data(K, k_end) if dense else None
+        return x_new, err, ok, k_end, data, K[0]
 
     # Dense output: coefficients of a polynomial continuous extension in theta, per stage (rows:
     # powers theta^1..theta^p); None = cubic Hermite through (x, f(t, x)) and (x_new, f(t + h, x_new)).

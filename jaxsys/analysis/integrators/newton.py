@@ -129,17 +129,15 @@ def empty_cache(n: int, matrices: tuple[IterationMatrix, ...], dtype: Any, jac: 
     """A cache with no Jacobian yet, with room for the method's iteration matrices (``jac``: a placeholder
     Jacobian in the method's representation; default a dense n x n one)."""
     cdtype = (jnp.zeros((), dtype) * 1j).dtype
-    factors = tuple(
-        Factorization(
-            *(
-                m.empty(dtype)
-                if m.empty is not None
-                else (jnp.zeros((m.size, m.size), cdtype if m.complex else dtype), jnp.zeros((m.size,), jnp.int32))
-            ),
-            jnp.full((), jnp.nan, dtype),
-        )
-        for m in matrices
-    )
+
+    def empty(m: IterationMatrix) -> Factorization:
+        if m.empty is not None:
+            lu, piv = m.empty(dtype)
+        else:
+            lu, piv = jnp.zeros((m.size, m.size), cdtype if m.complex else dtype), jnp.zeros((m.size,), jnp.int32)
+        return Factorization(lu, piv, jnp.full((), jnp.nan, dtype))
+
+    factors = tuple(empty(m) for m in matrices)
     jac = jnp.zeros((n, n), dtype) if jac is None else jac
     return NewtonCache(jac, jnp.array(False), jnp.array(False), factors)
 
