@@ -53,6 +53,12 @@ from .analysis.monte_carlo import (
     monte_carlo_simulation as monte_carlo_simulation,
     random_simulation as random_simulation,
 )
+from .analysis.options import (
+    DiscreteAdjoint as DiscreteAdjoint,
+    EventOptions as EventOptions,
+    RecursiveCheckpointAdjoint as RecursiveCheckpointAdjoint,
+    SaveAt as SaveAt,
+)
 from .analysis.progress import (
     AbstractProgressMeter as AbstractProgressMeter,
     NoProgressMeter as NoProgressMeter,
@@ -428,4 +434,8 @@ __all__ = [
     "state_space_to_transfer_function",
     "steady_state_kalman_filter",
     "trajectory_loss",
+    "DiscreteAdjoint",
+    "EventOptions",
+    "RecursiveCheckpointAdjoint",
+    "SaveAt",
 ]

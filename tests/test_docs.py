@@ -55,7 +55,9 @@ def test_the_site_builds_strictly(tmp_path):
     nb = (site / "notebooks" / "03_trajectory_optimization" / "index.html").read_text()
     assert nb.count("data:image/png;base64") >= 3
     api = (site / "api" / "primitives" / "index.html").read_text()
-    assert "ExtendedKalmanFilter" in api and "BarycentricMeshSystem" in api
+    assert "BarycentricMeshSystem" in api and "PiecewisePolynomial" in api
+    analysis = (site / "api" / "analysis" / "index.html").read_text()  # (estimators, controllers, optimization)
+    assert "ExtendedKalmanFilter" in analysis and "direct_collocation" in analysis
     # docstrings are Markdown: no reStructuredText role shows as literal text, and cross-references to
     # public names are links (issue #41 item 2)
     role = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc):`")

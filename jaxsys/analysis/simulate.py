@@ -43,6 +43,7 @@ from .integrators import IntegratorBase, RungeKutta3Integrator
 from .integrators.base import step_aux
 from .loop_state import EventCarry
 from .loops import Run, make_while_loop
+from .options import DiscreteAdjoint, EventOptions, RecursiveCheckpointAdjoint, SaveAt, unpack_options
 from .progress import AbstractProgressMeter, NoProgressMeter
 from .recording import check_save_times, concrete, dense_window
 from .results import (
@@ -177,8 +178,16 @@ def simulate(
     monitor: Callable[[Context], Any] | None = None,
     at_least_one_step: bool = False,
     initial_step_size: Any = None,
+    *,
+    events: EventOptions | None = None,
+    adjoint: DiscreteAdjoint | RecursiveCheckpointAdjoint | None = None,
 ) -> SimulationResult:
     """Integrate ``system`` from ``context`` to ``t_final`` (Drake's ``Simulator::AdvanceTo``, pure).
+
+    The options come flat (the keywords below) or grouped by concern, as Diffrax's are:
+    ``save_at=js.SaveAt(ts, record=..., dense=...)``, ``events=js.EventOptions(witness_isolation=...,
+    monitor=..., ...)``, ``adjoint=js.RecursiveCheckpointAdjoint(checkpoints)`` (or the default
+    ``js.DiscreteAdjoint()``): the same run either way (see `jaxsys.analysis.options`).
 
     **Arguments:**
     - `system`: any System or Diagram.
@@ -186,7 +195,8 @@ def simulate(
     - `t_final`: end time, s.
     - `integrator`: an integrator module (default: Drake's default, ``RungeKutta3Integrator`` with
       ``max_step_size=0.1`` and target accuracy 1e-4, as in Drake's ``SimulatorConfig``).
-    - `save_at`: increasing times in [t0, t_final] at which to record (default: none).
+    - `save_at`: increasing times in [t0, t_final] at which to record (default: none), or a
+      [`SaveAt`][jaxsys.SaveAt] (times, ``record`` and ``dense`` together).
     - `record`: ``f(context) -> pytree`` recorded at ``save_at`` (default: the continuous state
       vector). Use it to record outputs, e.g. ``lambda c: diagram.get_output_port(0).eval(c)``.
     - `throw`: raise on failure (default); if False, inspect ``result.status``.
@@ -237,6 +247,12 @@ def simulate(
       does this). Default: the integrator's ``initial_step_size_target``. Ignored in fixed-step mode.
     - `progress_meter`: e.g. ``TqdmProgressMeter()`` for a progress bar of simulated time (default
       none; see `jaxsys.analysis.progress`).
+    - `events`: an [`EventOptions`][jaxsys.EventOptions] holding ``witness_isolation``,
+      ``witness_iterations``, ``monitor``, ``log_capacity``, ``initialize``, ``updates_at_start`` and
+      ``pending_witness_events`` (instead of those keywords).
+    - `adjoint`: [`DiscreteAdjoint`][jaxsys.DiscreteAdjoint] (the default, ``loop="bounded"``) or
+      [`RecursiveCheckpointAdjoint`][jaxsys.RecursiveCheckpointAdjoint] (``loop="checkpointed"`` with its
+      ``checkpoints``), instead of ``loop`` / ``checkpoints``.
     - `start_time`: only for fixed-step runs whose context time is traced (under ``jit``/``vmap``):
       the start time the static step plan (a ``lax.scan`` of known length) assumes. Default 0.0;
       a context that starts elsewhere raises an error instead of giving wrong times.
@@ -279,6 +295,29 @@ def simulate(
     """
     if integrator is None:
         integrator = _DEFAULT_INTEGRATOR
+    if events is not None or adjoint is not None or isinstance(save_at, SaveAt):
+        save_at, o = unpack_options(
+            save_at,
+            adjoint,
+            events,
+            dict(
+                record=record,
+                dense_output=dense_output,
+                loop=loop,
+                checkpoints=checkpoints,
+                witness_isolation=witness_isolation,
+                witness_iterations=witness_iterations,
+                monitor=monitor,
+                log_capacity=log_capacity,
+                initialize=initialize,
+                updates_at_start=updates_at_start,
+                pending_witness_events=pending_witness_events,
+            ),
+        )
+        record, dense_output, loop, checkpoints = o["record"], o["dense_output"], o["loop"], o["checkpoints"]
+        witness_isolation, witness_iterations, monitor = o["witness_isolation"], o["witness_iterations"], o["monitor"]
+        log_capacity, initialize, updates_at_start = o["log_capacity"], o["initialize"], o["updates_at_start"]
+        pending_witness_events = o["pending_witness_events"]
     if isinstance(save_at, (list, tuple)):  # a plain list of times, as a user writes it
         numbers = all(isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool) for t in save_at)
         save_at = np.asarray(save_at, dtype=np.float64) if numbers and save_at else save_at
