@@ -46,6 +46,7 @@ from .analysis.integrators import (
     RungeKutta4Integrator as RungeKutta4Integrator,
     RungeKutta5Integrator as RungeKutta5Integrator,
     SemiExplicitEulerIntegrator as SemiExplicitEulerIntegrator,
+    SingleStepResult as SingleStepResult,
     StepResult as StepResult,
 )
 from .analysis.monte_carlo import (
@@ -438,4 +439,5 @@ __all__ = [
     "EventOptions",
     "RecursiveCheckpointAdjoint",
     "SaveAt",
+    "SingleStepResult",
 ]

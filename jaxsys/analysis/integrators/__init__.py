@@ -37,7 +37,12 @@ one at the start and one after each event that changes the state or the dynamics
 ``fsal=False`` to count as Drake does.
 """
 
-from .base import IntegratorBase as IntegratorBase, StepResult as StepResult, VectorField as VectorField
+from .base import (
+    IntegratorBase as IntegratorBase,
+    SingleStepResult as SingleStepResult,
+    StepResult as StepResult,
+    VectorField as VectorField,
+)
 from .explicit_rk import (
     BogackiShampine3Integrator as BogackiShampine3Integrator,
     ExplicitEulerIntegrator as ExplicitEulerIntegrator,
@@ -69,4 +74,9 @@ ALL_INTEGRATORS: tuple[type[IntegratorBase], ...] = (
     Radau5Integrator,
 )
 
-__all__ = [c.__name__ for c in ALL_INTEGRATORS] + ["IntegratorBase", "StepResult", "ALL_INTEGRATORS"]
+__all__ = [c.__name__ for c in ALL_INTEGRATORS] + [
+    "IntegratorBase",
+    "SingleStepResult",
+    "StepResult",
+    "ALL_INTEGRATORS",
+]

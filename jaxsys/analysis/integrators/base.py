@@ -69,6 +69,19 @@ class StepResult(NamedTuple):
     f_start: Array | None = None
 
 
+class SingleStepResult(NamedTuple):
+    """What `IntegratorBase.integrate_with_single_fixed_step_to_time` returns.
+
+    **Fields:** `context` (at ``t_target`` with the stepped continuous state; unchanged where the step
+    failed), `success` (bool scalar: False when the step failed, an implicit method's Newton
+    iteration, as Drake's ``false``), `error_estimate` (the step's error estimate vector, Drake's
+    ``get_error_estimate()``; zeros for a method without one)."""
+
+    context: Any
+    success: Array
+    error_estimate: Array
+
+
 def step_aux(
     system: Any, context: Any, context_at: Callable[[Array, Array], Any] | None = None, rolled: bool = False
 ) -> dict[str, Any]:
@@ -272,6 +285,43 @@ class IntegratorBase(eqx.Module):
     def with_options(self, **changes: Any) -> IntegratorBase:
         """A copy with some options changed (the functional form of Drake's setters)."""
         return dataclasses.replace(self, **changes)
+
+    # ----- stepping outside a simulation (Drake's integrator stepping functions) ----------------
+    def integrate_with_single_fixed_step_to_time(self, system: Any, context: Any, t_target: Any) -> SingleStepResult:
+        """One step of this integrator from ``context`` (its time t) to exactly ``t_target`` (Drake:
+        ``IntegrateWithSingleFixedStepToTime``, for integrators used outside a Simulator): the step
+        h = t_target - t, the continuous state only (no events are handled), the time set to
+        ``t_target``. Returns a `SingleStepResult` (context, success, error estimate); a failed step
+        (an implicit method's Newton iteration; also a non-finite result, which Drake would accept)
+        leaves the context as it was, success False.
+
+        As Drake's, it needs fixed-step mode (``fixed_step_mode=True``, or a method without error
+        estimation) and a step that is not negative (both errors naming the integrator). Works under
+        ``jit``, ``vmap`` and ``grad`` (with a traced ``t_target`` the sign check is the caller's)."""
+        name = type(self).__name__
+        if not self.get_fixed_step_mode():
+            raise JaxsysError(
+                f"{name}.integrate_with_single_fixed_step_to_time requires fixed stepping (Drake: "
+                f"'IntegrateWithSingleFixedStepToTime() requires fixed stepping'); build the integrator with "
+                f"fixed_step_mode=True."
+            )
+        t0 = context.get_time()
+        h = jnp.asarray(t_target, t0.dtype) - t0
+        if not isinstance(h, jax.core.Tracer) and float(h) < 0:
+            raise JaxsysError(
+                f"{name}.integrate_with_single_fixed_step_to_time: t_target {float(t_target)} is before the "
+                f"context's time {float(t0)} (Drake: 'called with a negative step size')."
+            )
+        x0 = context.get_continuous_state_vector()
+        f = system.vector_field(context)
+        aux = step_aux(system, context)
+        state, _ = self.init(f, t0, x0, aux)
+        t_end = jnp.asarray(t_target, t0.dtype)
+        result = self.step(f, t0, x0, h, aux, state, t_end)
+        ok = jnp.asarray(result.ok) & jnp.all(jnp.isfinite(result.x_new))
+        x = jnp.where(ok, result.x_new, x0)
+        new = context.with_time(jnp.where(ok, t_end, t0)).with_continuous_state(x)
+        return SingleStepResult(new, ok, result.error)
 
     # ----- the method ----------------------------------------------------------------------
     @abc.abstractmethod
