@@ -333,12 +333,35 @@ def case_dopri_saved():
     integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-8)
     stepping = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts).ys)
     dense = jax.jit(lambda c: js.simulate(p, c, 10.0, integ, save_at=ts, dense_output=True).ys)
+    # the continuous trajectory (SaveAt(trajectory=...): every step kept), then evaluated at the times
+    keep = js.SaveAt(trajectory=400)
+    traj = jax.jit(lambda c: jax.vmap(js.simulate(p, c, 10.0, integ, save_at=keep).trajectory.evaluate)(ts))
     rows = [
         ("jaxsys, stepping to the save times", *timeit(stepping, ctx)),
         ("jaxsys, dense_output=True (goal <= 1.2x stepping)", *timeit(dense, ctx)),
+        ("jaxsys, SaveAt(trajectory=400) kept, evaluated at the 100 times", *timeit(traj, ctx)),
     ]
     if diffrax is not None:
         controller = diffrax.PIDController(rtol=1e-8, atol=1e-8)
+        term = diffrax.ODETerm(lambda t, y, a: pend_f(y, a))
+
+        @jax.jit
+        def sol_dense(y0):
+            sol = diffrax.diffeqsolve(
+                term,
+                diffrax.Dopri5(),
+                0.0,
+                10.0,
+                0.01,
+                y0,
+                args=PARAMS,
+                stepsize_controller=controller,
+                max_steps=200_000,
+                saveat=diffrax.SaveAt(dense=True),
+            )
+            return jax.vmap(sol.evaluate)(ts)
+
+        rows.append(("diffrax Dopri5 SaveAt(dense=True), evaluated at the 100 times", *timeit(sol_dense, X0)))
         sol = diffrax_pendulum(diffrax.Dopri5(), controller, saveat=diffrax.SaveAt(ts=ts))
         rows.append(("diffrax Dopri5 rtol=atol=1e-8, SaveAt(ts=...)", *timeit(sol, X0)))
     return "S2b+ pendulum Dormand-Prince accuracy 1e-8, 100 saved samples", rows

@@ -78,6 +78,7 @@ from .analysis.simulator import (
     Status as Status,
     simulate as simulate,
 )
+from .analysis.trajectory import DenseTrajectory as DenseTrajectory
 from .controllers.ilqr import (
     ILQRResult as ILQRResult,
     discrete_dynamics as discrete_dynamics,
@@ -435,6 +436,7 @@ __all__ = [
     "state_space_to_transfer_function",
     "steady_state_kalman_filter",
     "trajectory_loss",
+    "DenseTrajectory",
     "DiscreteAdjoint",
     "EventOptions",
     "RecursiveCheckpointAdjoint",

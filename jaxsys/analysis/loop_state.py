@@ -231,3 +231,4 @@ class LoopState(NamedTuple):
     events: Any  # EventCarry for a system with events, else ()
     integrator: Any  # the integrator protocol's state (opaque)
     dense: Any  # DenseStep with dense output, else ()
+    segments: Any = ()  # trajectory.SegmentBuffer when the run keeps its trajectory, else ()

@@ -32,11 +32,17 @@ class SaveAt(eqx.Module):
     - `dense`: record from the integrator's continuous extension of each step instead of truncating
       steps to land on the times (``dense_output``; explicit Runge-Kutta methods, systems without
       events).
+    - `trajectory`: keep the continuous trajectory, up to this many steps (0: none): the result's
+      ``trajectory``, a [`DenseTrajectory`][jaxsys.DenseTrajectory] with ``evaluate(t)`` and
+      ``derivative(t)`` (Drake's dense output; Diffrax's ``SaveAt(dense=True)``). Explicit Runge-Kutta
+      methods, systems without events; a run that takes more steps than this stops with an error
+      naming the capacity (``throw=False``: ``trajectory.complete()`` is False).
     """
 
     ts: Any = None
     record: Callable[..., Any] | None = eqx.field(static=True, default=None)
     dense: bool = eqx.field(static=True, default=False)
+    trajectory: int = eqx.field(static=True, default=0)
 
 
 class EventOptions(eqx.Module):
@@ -109,6 +115,9 @@ def unpack_options(save_at: Any, adjoint: Any, events: Any, flat: dict[str, Any]
     if isinstance(save_at, SaveAt):
         take("record", save_at.record, None, "save_at=SaveAt(...)")
         take("dense_output", save_at.dense, False, "save_at=SaveAt(...)")
+        out["trajectory"] = int(save_at.trajectory)
+        if out["trajectory"] < 0:
+            raise JaxsysError(f"simulate: SaveAt(trajectory=...) must be >= 0 (steps kept); got {save_at.trajectory}.")
         save_at = save_at.ts
     if events is not None:
         if not isinstance(events, EventOptions):

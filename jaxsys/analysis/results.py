@@ -338,6 +338,8 @@ class SimulationResult(eqx.Module):
       the monitor returned (first worst; severity 2 reached termination, 3 failed); read it with
       `reached_termination` and `simulator_status`.
     - `boundary_time`: the ``t_final`` asked for.
+    - `trajectory`: the run's continuous trajectory (a [`DenseTrajectory`][jaxsys.DenseTrajectory]) when
+      asked for with ``save_at=js.SaveAt(..., trajectory=capacity)``, else None.
     - `status_reasons`: static ``(system path, message)`` pairs the reason index refers to.
     """
 
@@ -362,6 +364,7 @@ class SimulationResult(eqx.Module):
     pending_witness_events: Any = None
     event_status: Any = None
     boundary_time: Any = None
+    trajectory: Any = None
     status_reasons: tuple[tuple[str, str], ...] = eqx.field(static=True, default=())
 
     def message(self) -> str:
@@ -410,3 +413,4 @@ class LoopOutput(NamedTuple):
     counts: Any = None  # [publishes, discrete updates, unrestricted updates]
     pending: Any = None  # witnesses whose update events are pending at the end
     event_status: Any = None  # [severity, reason index] of the handlers' statuses
+    segments: Any = None  # the accepted steps (trajectory.SegmentBuffer), when kept

@@ -19,6 +19,7 @@ Imports: the framework and every analysis module of the loop (this is the top of
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import warnings
@@ -57,6 +58,7 @@ from .results import (
     status_message,
 )
 from .stepping import StepLoop
+from .trajectory import DenseTrajectory
 
 
 Array = jax.Array
@@ -312,18 +314,23 @@ def simulate(
                 initialize=initialize,
                 updates_at_start=updates_at_start,
                 pending_witness_events=pending_witness_events,
+                trajectory=0,
             ),
         )
         record, dense_output, loop, checkpoints = o["record"], o["dense_output"], o["loop"], o["checkpoints"]
         witness_isolation, witness_iterations, monitor = o["witness_isolation"], o["witness_iterations"], o["monitor"]
         log_capacity, initialize, updates_at_start = o["log_capacity"], o["initialize"], o["updates_at_start"]
         pending_witness_events = o["pending_witness_events"]
+        trajectory = o["trajectory"]
+    else:
+        trajectory = 0
     if isinstance(save_at, (list, tuple)):  # a plain list of times, as a user writes it
         numbers = all(isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool) for t in save_at)
         save_at = np.asarray(save_at, dtype=np.float64) if numbers and save_at else save_at
     cacheable = (
         _ENTRY_CACHE["enabled"]
         and not dense_output
+        and not trajectory
         and not _any_tracer((context, t_final, save_at, pending_witness_events))
     )
     fast_key: Any = None
@@ -358,6 +365,14 @@ def simulate(
     if monitor is not None and not callable(monitor):
         raise JaxsysError(f"simulate: monitor must be a function f(context) -> EventStatus or None; got {monitor!r}.")
     events_present = has_events(system, monitor)
+    if trajectory and (events_present or not integrator.supports_dense_output()):
+        raise JaxsysError(
+            f"simulate: SaveAt(trajectory=...) keeps each step's continuous extension: it needs an integrator that "
+            f"has one (the explicit Runge-Kutta methods; {type(integrator).__name__}"
+            f"{' has one' if integrator.supports_dense_output() else ' has none'}) and a system without events, "
+            f"witness functions or a monitor (System {system.get_system_id_string()}"
+            f"{' has some' if events_present else ' has none'}): an event changes the state within a step."
+        )
     if dense_output and events_present:
         raise JaxsysError(
             f"simulate: dense_output=True is not available for systems with events or witness functions, or "
@@ -382,6 +397,7 @@ def simulate(
         monitor=monitor,
         at_least_one_step=at_least_one_step,
         initial_step_size=initial_step_size,
+        trajectory=trajectory,
         # (saves one step can span, while the save times are known: sizes the dense saving loop)
         dense_window=dense_window(save_at, integrator.max_step_size) if dense_output and save_at is not None else None,
     )
@@ -567,6 +583,7 @@ def _simulate_body(
     dense_window: int | None = None,
     at_least_one_step: bool = False,
     initial_step_size: Any = None,
+    trajectory: int = 0,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point)."""
@@ -598,7 +615,8 @@ def _simulate_body(
         not program.witnesses and not program.timed_leaves and program.aligned(t0_plan, integrator.max_step_size)
     )
     # (a method whose steps can fail, the implicit ones, retries failed steps: the while loop)
-    if fixed and events_fit_scan and not integrator.can_fail() and not at_least_one_step:
+    # (a kept trajectory is recorded by the while loop: one code path for its segments)
+    if fixed and events_fit_scan and not integrator.can_fail() and not at_least_one_step and not trajectory:
         c_ts = np.zeros(0) if save_at is None else concrete(save_at)
         plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts, context.get_time().dtype)
     if plan is not None:
@@ -627,6 +645,7 @@ def _simulate_body(
             dense_window,
             at_least_one_step,
             initial_step_size,
+            trajectory,
         )
         raw = stepper.simulate(events0)
     progress.close(run.aux["progress"][1], raw.t)
@@ -931,6 +950,14 @@ def _finish(
             (raw.status == STATUS_EVENT_FAILED) & (event_status[1] >= 0), n_base + event_status[1], raw.status
         )
         checked = eqx.branched_error_if(checked, raw.status != STATUS_OK, which, messages)
+    if throw and raw.segments is not None:
+        capacity = int(raw.segments.t.shape[0])
+        checked = eqx.error_if(
+            checked,
+            (raw.segments.taken > capacity) & (raw.status == STATUS_OK),
+            f"simulate: the run took more steps than SaveAt(trajectory={capacity}) keeps; ask for more (or pass "
+            f"throw=False: result.trajectory.complete() is then False and it ends early).",
+        )
     t_end, x_end, ys, status = checked
     if program and program.can_stop and run.ts.shape[0]:
         # save times after the run stopped were not reached
@@ -966,5 +993,19 @@ def _finish(
         pending,
         event_status,
         run.t_final,
+        _trajectory(run, raw.segments),
         reasons,
+    )
+
+
+def _trajectory(run: Run, segments: Any) -> DenseTrajectory | None:
+    """The result's DenseTrajectory from the loop's segment buffer (None when not kept)."""
+    if segments is None:
+        return None
+    integrator = run.integrator
+    if isinstance(integrator.target_accuracy, jax.core.Tracer):  # (a static field must not hold a tracer)
+        integrator = copy.copy(integrator)
+        object.__setattr__(integrator, "target_accuracy", None)
+    return DenseTrajectory(
+        segments.t, segments.h, segments.x, segments.x_new, segments.data, segments.taken, integrator
     )

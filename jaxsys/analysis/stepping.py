@@ -70,6 +70,7 @@ from .results import (
     make_statistics,
 )
 from .step_size import StepChoice, Verdict, choose_step, error_control
+from .trajectory import SegmentBuffer
 from .witness_isolation import detect_crossings, first_bracket, isolate_crossing, isolation_window
 
 
@@ -135,8 +136,11 @@ class StepLoop:
         dense_window: int | None = None,
         at_least_one_step: bool = False,
         initial_step: Array | None = None,
+        trajectory: int = 0,
     ) -> None:
         self.run = run
+        # keep every accepted step and its interpolation data (SaveAt(trajectory=capacity))
+        self.trajectory = int(trajectory)
         # (Drake's AdvanceTo takes a step even to the time it is at: a step of zero length)
         self.at_least_one_step = at_least_one_step
         # (the Simulator's next advance starts with the step error control asked for at the end of the
@@ -167,11 +171,15 @@ class StepLoop:
         # derivative evaluations its start made
         istate, evaluations = integrator.init(run.f, t0, x0, run.aux, self.program is not None)
         dense: DenseStep | tuple[()] = ()
-        if self.dense:
+        segments: SegmentBuffer | tuple[()] = ()
+        if self.dense or self.trajectory:
             h0_ = jnp.asarray(h0, dtype)
             shapes = jax.eval_shape(lambda: integrator.step(run.f, t0, x0, h0_, run.aux, istate, t0, True))
             data = shapes.dense
+        if self.dense:
             dense = DenseStep.make(t0, jnp.zeros((), dtype), x0, x0, jnp.zeros(data.shape, data.dtype))
+        if self.trajectory:
+            segments = SegmentBuffer.empty(self.trajectory, x0, data.shape, dtype)
         grid: FixedGrid | tuple[()] = ()
         if self.fixed:
             grid = FixedGrid(t0, jnp.zeros((), jnp.int32))
@@ -179,7 +187,7 @@ class StepLoop:
         counters = Counters.start(evaluations)
         # a non-finite initial state stops the run before its first step, with the status that says so
         counters = counters.replace(status=jnp.where(jnp.all(jnp.isfinite(x0)), STATUS_OK, STATUS_NONFINITE))
-        return LoopState(x0, Clock.start(t0, h0), counters, grid, events0, istate, dense)
+        return LoopState(x0, Clock.start(t0, h0), counters, grid, events0, istate, dense, segments)
 
     def running(self, s: LoopState) -> Array:
         """The run goes on: status ok, no event handler stopped it, and attempts left."""
@@ -296,7 +304,8 @@ class StepLoop:
         istate = s.integrator
         if self.program is not None:
             istate = self.integrator.refresh(istate, start.n_u + start.n_d > 0)
-        return self.integrator.step(start.f, s.clock.t, start.x, choice.h, start.aux, istate, choice.t_new, self.dense)
+        dense = self.dense or self.trajectory > 0
+        return self.integrator.step(start.f, s.clock.t, start.x, choice.h, start.aux, istate, choice.t_new, dense)
 
     def isolate_witnesses(
         self, t: Array, start: StepStart, choice: StepChoice, attempt: StepResult, verdict: Verdict
@@ -428,7 +437,11 @@ class StepLoop:
         # what the method carries into the next attempt (e.g. the end-point derivative of an accepted
         # step, the start's of a rejected one, neither after a step cut short at a witness crossing)
         istate = self.integrator.next_state(attempt.proposal, accept, isolated)
-        return LoopState(x_acc, new_clock, counters, grid, start.events, istate, dense)
+        segments = s.segments
+        if self.trajectory:
+            assert attempt.dense is not None  # (asked for)
+            segments = segments.written(accept, clock.t, h, start.x, x_new, attempt.dense)
+        return LoopState(x_acc, new_clock, counters, grid, start.events, istate, dense, segments)
 
     def end_of_step(self, s: LoopState, start: StepStart, accept: Array, w_now: Any) -> LoopState:
         """Step 7: publishes at the new time (if the attempt was accepted), including those of the
@@ -551,9 +564,10 @@ class StepLoop:
             newton=integrator.newton_counts(s.integrator),
             ideal=None if self.fixed else clock.h_ideal,
         )
+        segments = s.segments if self.trajectory else None
         if self.program is not None:
             ev = s.events
             return LoopOutput(
-                clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts, ev.witness_pending, ev.status
+                clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts, ev.witness_pending, ev.status, segments
             )
-        return LoopOutput(clock.t, s.x, buf, stats, status)
+        return LoopOutput(clock.t, s.x, buf, stats, status, segments=segments)
