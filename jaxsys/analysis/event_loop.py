@@ -464,14 +464,15 @@ class EventProgram:
             status = status.keep_more_severe(monitor.gated(gate))
         return k, logs, n_p, status
 
-    def initialize(self, context: Context) -> tuple[Context, Any, EventStatus, Array, EventStatus]:
+    def initialize(self, context: Context) -> tuple[Context, Any, EventStatus, Array, EventStatus, EventStatus]:
         """Initialization events: unrestricted, then discrete updates, then initialization publishes
         (the per-step and periodic publishes due at the start, and the monitor, are the caller's).
         Returns the new context, the initialization publish values, the combined status,
-        ``[publishes, discrete updates, unrestricted updates]`` performed, and the updates' status
+        ``[publishes, discrete updates, unrestricted updates]`` performed, the updates' status
         alone (what gates the caller's publishes: Drake dispatches the initialization, per-step and
         timed publishes together, so a terminating or failing initialization publish does not stop
-        the others)."""
+        the others), and the initialization publishes' status alone (the caller counts the one
+        combined publish dispatch by it and its own publishes' status)."""
         status = EventStatus.did_nothing()
         n_u = n_d = n_p = jnp.zeros((), jnp.int32)
         u = self.by[(TriggerType.INITIALIZATION, UNRESTRICTED_UPDATE)]
@@ -497,8 +498,9 @@ class EventProgram:
             )
             init_values, p_status = dispatch_publish_with_status(self.system, context, EventCollection(p, active))
             n_p = _applied(p_status)
-            return context, init_values, status.keep_more_severe(p_status), jnp.stack([n_p, n_d, n_u]), status
-        return context, init_values, status, jnp.stack([n_p, n_d, n_u]), status
+            counts = jnp.stack([n_p, n_d, n_u])
+            return context, init_values, status.keep_more_severe(p_status), counts, status, p_status
+        return context, init_values, status, jnp.stack([n_p, n_d, n_u]), status, EventStatus.did_nothing()
 
     # ----- logs -----------------------------------------------------------------------------
     def allocate_logs(self, context: Context, capacities: list[int]) -> tuple[Any, ...]:

@@ -38,7 +38,7 @@ from ..framework.events import time_tolerance
 from ..framework.system import System
 from .adjoint import count_eqns
 from .compile_cache import SystemCache, deref
-from .event_loop import EventProgram, get_rest, has_events, set_rest
+from .event_loop import EventProgram, _applied, get_rest, has_events, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
 from .integrators import IntegratorBase, RungeKutta3Integrator
 from .integrators.base import step_aux
@@ -819,9 +819,9 @@ def start_events(
     init_values: Any = ()
     status = EventStatus.did_nothing()
     counts_init = jnp.zeros((3,), jnp.int32)
-    update_status = status
+    update_status = init_publish_status = status
     if initialize:
-        context, init_values, status, counts_init, update_status = program.initialize(context)
+        context, init_values, status, counts_init, update_status, init_publish_status = program.initialize(context)
     k0 = program.init_counters(t0, updates_at_start, publishes_at_start=initialize)
     logs0 = program.allocate_logs(context, program.capacities(c_t0, c_tf, log_capacity))
     status0 = program.pack(status)
@@ -838,7 +838,9 @@ def start_events(
         k0, logs0, n_p, p_status = program.publishes(context, k0, gate, logs0, _right_now_publishes(program, context))
         status0 = EventProgram.fold(status0, program.pack(p_status))
         # Drake handles these and the initialization publishes in one HandlePublish: one publish
-        counts0 = counts0.at[0].set(jnp.maximum(counts0[0], n_p))
+        # (counted as one dispatch when the combined status is success or termination: a failed
+        # initialization publish makes the dispatch uncounted, as Drake's)
+        counts0 = counts0.at[0].set(_applied(init_publish_status.keep_more_severe(p_status)))
     return context, init_values, (program, k0, logs0, get_rest(context), counts0, status0)
 
 
