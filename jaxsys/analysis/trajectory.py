@@ -25,47 +25,40 @@ Array = jax.Array
 
 
 class SegmentBuffer(NamedTuple):
-    """The loop's record of accepted steps (``capacity`` rows): start times (``+inf`` past the last
-    written row), step sizes, start and end states, interpolation data, and ``taken``, the number of
-    steps accepted so far (which may exceed ``capacity``: the rest are not kept)."""
+    """The loop's record of accepted steps, packed in two buffers so that the loop carries two elements
+    for it (each element of a while loop's carry costs at every step on a CPU): ``th[k] = [t_k, h_k]``
+    (start time, step size) and ``xs[k] = [x_k, x_new_k, interpolation data rows...]``; ``taken``, the
+    number of steps accepted so far (which may exceed the capacity: the rest are not kept). Every
+    attempt writes its row at ``taken`` (a rejected one is overwritten by the next), and a run past
+    the capacity writes into one spare row: an in-place update each step, no read, no select. Rows at
+    or past ``taken`` are not steps (`trajectory` reads the first ``taken``)."""
 
-    t: Array
-    h: Array
-    x: Array
-    x_new: Array
-    data: Array
+    th: Array
+    xs: Array
     taken: Array
 
     @staticmethod
     def empty(capacity: int, x: Array, data_shape: tuple[int, ...], dtype: Any) -> SegmentBuffer:
         n = x.shape[0]
+        rows = 2 + (int(data_shape[0]) if len(data_shape) > 1 else 0)
         return SegmentBuffer(
-            jnp.full((capacity,), jnp.inf, dtype),
-            jnp.zeros((capacity,), dtype),
-            jnp.zeros((capacity, n), x.dtype),
-            jnp.zeros((capacity, n), x.dtype),
-            jnp.zeros((capacity,) + tuple(data_shape), x.dtype),
+            jnp.zeros((capacity + 1, 2), dtype),
+            jnp.zeros((capacity + 1, rows, n), x.dtype),
             jnp.zeros((), jnp.int32),
         )
 
     def written(self, accept: Array, t: Array, h: Array, x: Array, x_new: Array, data: Array) -> SegmentBuffer:
-        """This buffer with an accepted step written at row ``taken`` (nothing when not accepted or
-        full)."""
-        cap = self.t.shape[0]
-        i = jnp.clip(self.taken, 0, cap - 1)
-        write = accept & (self.taken < cap)
-
-        def put(buf: Array, value: Any) -> Array:
-            return buf.at[i].set(jnp.where(write, jnp.asarray(value, buf.dtype), buf[i]))
-
-        return SegmentBuffer(
-            put(self.t, t),
-            put(self.h, h),
-            put(self.x, x),
-            put(self.x_new, x_new),
-            put(self.data, data),
-            self.taken + accept.astype(jnp.int32),
-        )
+        """This buffer with the attempt written at row ``taken`` (the spare row once full), and
+        ``taken`` advanced if it was accepted."""
+        cap = self.th.shape[0] - 1
+        i = jnp.minimum(self.taken, cap)
+        dtype = self.th.dtype
+        th_row = jnp.stack([jnp.asarray(t, dtype), jnp.asarray(h, dtype)])[None]
+        rows = [x[None], x_new[None].astype(x.dtype), jnp.reshape(data, (-1, x.shape[0])).astype(x.dtype)]
+        zero = jnp.zeros((), i.dtype)
+        th = jax.lax.dynamic_update_slice(self.th, th_row, (i, zero))
+        xs = jax.lax.dynamic_update_slice(self.xs, jnp.concatenate(rows)[None], (i, zero, zero))
+        return SegmentBuffer(th, xs, self.taken + accept.astype(jnp.int32))
 
 
 class DenseTrajectory(eqx.Module):
