@@ -74,10 +74,11 @@ def test_refusals_name_the_integrator():
         js.RungeKutta4Integrator(max_step_size=0.1).integrate_with_single_fixed_step_to_time(s, ctx, 0.5)
 
 
-def test_single_step_under_jit_vmap_and_grad():
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_single_step_under_jit_vmap_and_grad(dtype):
     # the oscillator q'' = -10 q: one RK4 step of h from q0 is linear in q0, its derivative the map's
     s = js.examples.SpringMassDamper(damping=0.0, has_input=False)
-    ctx = s.create_default_context()
+    ctx = s.create_default_context(dtype)
     rk4 = js.RungeKutta4Integrator(max_step_size=0.1)
 
     def q1(q0, h):
@@ -86,7 +87,9 @@ def test_single_step_under_jit_vmap_and_grad():
 
     h = 0.1
     z = -10.0 * h * h  # the RK4 amplification of q for q' = v, v' = -10 q from (q0, 0)
-    g = jax.jit(jax.grad(q1))(1.0, h)
-    np.testing.assert_allclose(g, 1 + z / 2 + z * z / 24, rtol=1e-12)
-    qs = jax.vmap(q1, in_axes=(0, None))(jnp.array([1.0, 2.0]), h)
-    np.testing.assert_allclose(qs[1], 2 * qs[0], rtol=1e-12)
+    rtol = 1e-12 if dtype == jnp.float64 else 1e-6
+    g = jax.jit(jax.grad(q1))(jnp.asarray(1.0, dtype), jnp.asarray(h, dtype))
+    assert g.dtype == dtype
+    np.testing.assert_allclose(g, 1 + z / 2 + z * z / 24, rtol=rtol)
+    qs = jax.vmap(q1, in_axes=(0, None))(jnp.array([1.0, 2.0], dtype), jnp.asarray(h, dtype))
+    np.testing.assert_allclose(qs[1], 2 * qs[0], rtol=rtol)

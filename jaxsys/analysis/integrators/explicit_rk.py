@@ -88,10 +88,7 @@ class _ExplicitRK(IntegratorBase):
                 evals: Any = (n - 1) + (~state.valid).astype(jnp.int32)
             else:
                 k1, evals = state.k, n - 1
-                if dense:
-                    x_new, err, ok, k_end, interp = self._dense_step(f, t, x, h, aux, k1, t_end)
-                else:
-                    (x_new, err, ok, k_end), interp = self._fsal_step(f, t, x, h, aux, k1, t_end), None
+                x_new, err, ok, k_end, interp = self._from_first_stage(f, t, x, h, aux, k1, t_end, dense)
             return StepResult(x_new, err, ok, FsalProposal(k_end, k1, state.checked), evals, interp, k1)
         if dense:
             x_new, err, ok, _, interp = self._dense_step(f, t, x, h, aux, None, t_end)
@@ -125,6 +122,15 @@ class _ExplicitRK(IntegratorBase):
     ) -> tuple[Array, Array, Array, Array]:
         return self._stages(f, t, x, h, aux, k_first, t_end)
 
+    def _from_first_stage(
+        self, f: VectorField, t: Array, x: Array, h: Array, aux: Any, k1: Array, t_end: Array, dense: bool
+    ) -> tuple[Array, Array, Array, Array, Array | None]:
+        """A first-same-as-last step from its given first stage: (x_new, err, ok, f(t_end, x_new), the
+        interpolation data when ``dense`` else None)."""
+        if dense:
+            return self._dense_step(f, t, x, h, aux, k1, t_end)
+        return self._fsal_step(f, t, x, h, aux, k1, t_end) + (None,)
+
     def _reusing_step(
         self,
         f: VectorField,
@@ -144,13 +150,9 @@ class _ExplicitRK(IntegratorBase):
 
         Returns (x_new, err, ok, f(t_end, x_new), the interpolation data when ``dense`` else None,
         the first stage used)."""
-        if not (aux is not None and aux.get("rolled", False)):
+        if not _rolled(aux):
             k1 = jax.lax.cond(k_valid, lambda: k_first, lambda: f(t, x))
-            if dense:
-                x_new, err, ok, k_end, interp = self._dense_step(f, t, x, h, aux, k1, t_end)
-                return x_new, err, ok, k_end, interp, k1
-            x_new, err, ok, k_end = self._fsal_step(f, t, x, h, aux, k1, t_end)
-            return x_new, err, ok, k_end, None, k1
+            return self._from_first_stage(f, t, x, h, aux, k1, t_end, dense) + (k1,)
         x_new, err, ok, K = self._stages_rolled(f, t, x, h, k_first, t_end, k_valid)
         k_end = K[len(self.c) - 1]
         data = self._interpolation_data(K, k_end) if dense else None
