@@ -346,6 +346,80 @@ def test_progress_meter_under_vmap_draws_one_bar(integrator, monkeypatch):
     assert float(made[0].n) == pytest.approx(2.0)
 
 
+class _Recording:
+    """A tqdm stand-in's log: (event, bar position) in the order the host saw them."""
+
+    def __init__(self, monkeypatch):
+        import tqdm
+
+        self.events = []
+        log = self.events
+
+        class Recording(tqdm.tqdm):
+            def update(self, n=1):
+                out = super().update(n)
+                log.append(("update", float(self.n)))
+                return out
+
+            def close(self):
+                if not self.disable:
+                    log.append(("close", float(self.n)))
+                return super().close()
+
+        monkeypatch.setattr(tqdm, "tqdm", Recording)
+
+    def positions(self):
+        closes = [i for i, e in enumerate(self.events) if e[0] == "close"]
+        assert len(closes) == 1, self.events[-3:]
+        return [n for kind, n in self.events[: closes[0]] if kind == "update"], self.events[closes[0]][1]
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_progress_meter_moves_for_every_member_of_a_batch(monkeypatch, capsys, x64):
+    # Issue #36 item 5. Before: under vmap the throttle read the least advanced member's step count,
+    # which froze once the shortest member finished: the bar stopped at 0.1 of its span (6 of 40
+    # refreshes due here reached it) or, when the frozen count was a multiple of the refresh, redrew
+    # every step; the final line printed twice (a refresh, then close's own draw)
+    rec = _Recording(monkeypatch)
+    with jax.enable_x64(x64):
+        s, ctx = oscillator(0.1)
+        integ = js.RungeKutta3Integrator(target_accuracy=1e-4)
+        meter = js.TqdmProgressMeter(refresh_steps=25)
+        t_finals = jnp.array([5.0, 20.0, 50.0, 50.0])
+        run = jax.jit(jax.vmap(lambda tf: js.simulate(s, ctx, tf, integ, progress_meter=meter)))
+        r = run(t_finals)
+        jax.effects_barrier()
+    steps = np.asarray(r.stats.num_step_attempts)
+    assert np.all(np.asarray(r.status) == 0)
+    shown, final = rec.positions()
+    # one refresh per 25 steps of the least advanced running member; a member finishing can make the
+    # count jump past one multiple of 25 or land on one twice: at most one refresh lost or gained each
+    due = int(steps.max()) // 25
+    assert due - len(t_finals) <= len(shown) <= due + len(t_finals), (len(shown), due)
+    # the bar moved on past the shorter members' ends while the longest ran, and never went back
+    assert max(shown) > 40.0
+    assert all(b >= a for a, b in zip(shown, shown[1:]))
+    assert final == pytest.approx(50.0)
+    # the final line is drawn once
+    err = capsys.readouterr().err.replace("\r", "\n")
+    assert err.count("50/50 s") == 1
+
+
+def test_progress_meter_under_jit_reaches_the_bar_during_the_run(monkeypatch):
+    # Issue #36 item 5: every due refresh of a jitted run reaches the bar before it closes, in order
+    rec = _Recording(monkeypatch)
+    s, ctx = oscillator(0.1)
+    integ = js.RungeKutta3Integrator(target_accuracy=1e-6)
+    meter = js.TqdmProgressMeter(refresh_steps=20)
+    r = jax.jit(lambda c: js.simulate(s, c, 10.0, integ, progress_meter=meter))(ctx)
+    jax.effects_barrier()
+    shown, final = rec.positions()
+    steps = int(r.stats.num_step_attempts)
+    assert len(shown) == (steps - 1) // 20  # (the refresh at step 0 moves nothing)
+    assert all(b > a for a, b in zip(shown, shown[1:]))
+    assert final == pytest.approx(10.0)
+
+
 def test_checkpointed_loop_gives_the_same_values_and_gradients():
     p = Pendulum()
     base = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])

@@ -104,7 +104,7 @@ class FixedStepScan:
         dtype = run.t0.dtype
         t = run.t0 + n.astype(dtype) * h
         meter, token = run.aux["progress"]
-        meter.update(token, t, n)
+        meter.update(token, t, n, jnp.ones((), bool))
         if self.exact:
             hn: Any = h
             t_next = run.t0 + (n + 1).astype(dtype) * h

@@ -2,11 +2,20 @@
 
 ``simulate(..., progress_meter=TqdmProgressMeter())`` shows a tqdm bar of simulated time; the
 default [`NoProgressMeter`][jaxsys.NoProgressMeter] adds nothing to the loop. The meter is updated every
-``refresh_steps`` steps through ``jax.debug.callback``, so it works under ``jit``, ``vmap`` and
-``grad`` (callbacks do not affect derivatives). Under ``vmap`` (``batch_simulate`` included) the
-callbacks are not batched: a custom batching rule reduces the batch first (the least advanced
-member's time and step count), so a batch has one bar, refreshed every ``refresh_steps`` steps of its
-least advanced member, and compiles as one call whatever the batch size.
+``refresh_steps`` steps through ``jax.debug.callback``, so it works in a plain call and under ``jit``,
+``vmap`` and ``grad`` (callbacks do not affect derivatives).
+
+Under ``vmap`` (``batch_simulate`` included) the callbacks are not batched: a custom batching rule
+reduces the batch first, over the members **still running** (a member that has finished, or is
+waiting at a save time for the others, is left out), so a batch has one bar, at the simulated time of
+its least advanced running member, refreshed every ``refresh_steps`` steps of that member, and
+compiles as one call whatever the batch size. Members with different final times keep the bar moving
+until the last one finishes (the bar's total is the longest member's span).
+
+Callbacks are unordered (JAX's ``jax.debug.callback``); the host side only ever moves the bar forward
+and ignores what arrives for a bar already closed, so the bar never goes back and prints its final line
+once. Reverse mode re-runs the loop's steps after the forward run has closed its bar: those replays
+draw nothing.
 
 Imports: nothing from jaxsys.
 """
@@ -48,20 +57,47 @@ def _batch_reduced(fn: Any, reducers: tuple[Any, ...]) -> Any:
     return wrapped
 
 
-def _batch_min(x: jax.Array) -> jax.Array:
-    """``x`` itself, except under ``vmap``, where it is the minimum over the batch (an unbatched
-    value). A throttling test on it is an unbatched predicate: ``lax.cond`` stays a conditional and
-    skips the callback's branch, rather than becoming a select that runs the branch every step."""
+_BIG = np.iinfo(np.int32).max
+
+
+def _running_min(x: jax.Array, active: jax.Array) -> jax.Array:
+    """``x`` itself, except under ``vmap``, where it is the minimum over the members still running
+    (``active``; an unbatched value). A throttling test on it is an unbatched predicate: ``lax.cond``
+    stays a conditional and skips the callback's branch, rather than becoming a select that runs the
+    branch every step. (The minimum over *all* members froze once the shortest member finished: the
+    bar then stopped, or redrew every step if the frozen count was a multiple of the refresh.)"""
 
     @jax.custom_batching.custom_vmap
-    def call(a: jax.Array) -> jax.Array:
+    def call(a: jax.Array, on: jax.Array) -> jax.Array:
         return a
 
     @call.def_vmap
-    def rule(axis_size: int, in_batched: Any, a: jax.Array) -> Any:
-        return (call(jnp.min(a, axis=0)) if in_batched[0] else call(a)), False
+    def rule(axis_size: int, in_batched: Any, a: jax.Array, on: jax.Array) -> Any:
+        if in_batched[0]:
+            on_b = on if in_batched[1] else jnp.broadcast_to(on, a.shape)
+            a = jnp.min(jnp.where(on_b, a, jnp.asarray(_BIG, a.dtype)), axis=0)
+        return call(a, jnp.any(on, axis=0) if in_batched[1] else on), False
 
-    return call(jax.lax.stop_gradient(x))
+    return call(jax.lax.stop_gradient(x), jax.lax.stop_gradient(jnp.asarray(active)))
+
+
+def _running_time(t: jax.Array, active: jax.Array) -> jax.Array:
+    """The least advanced running member's time under ``vmap`` (``t`` itself otherwise)."""
+
+    @jax.custom_batching.custom_vmap
+    def call(a: jax.Array, on: jax.Array) -> jax.Array:
+        return a
+
+    @call.def_vmap
+    def rule(axis_size: int, in_batched: Any, a: jax.Array, on: jax.Array) -> Any:
+        if in_batched[0]:
+            on_b = on if in_batched[1] else jnp.broadcast_to(on, a.shape)
+            a = jnp.min(jnp.where(on_b, a, jnp.asarray(jnp.inf, a.dtype)), axis=0)
+            # (no member running: the body of a batched loop only runs while one is; keep a number)
+            a = jnp.where(jnp.isfinite(a), a, -jnp.inf)
+        return call(a, jnp.any(on, axis=0) if in_batched[1] else on), False
+
+    return call(jax.lax.stop_gradient(t), jax.lax.stop_gradient(jnp.asarray(active)))
 
 
 _lock = threading.Lock()
@@ -69,14 +105,23 @@ _ids = itertools.count()
 
 
 class AbstractProgressMeter(eqx.Module):
-    """Base class: ``start(t0, t_final)`` before the loop, ``update(t, step)`` in it, ``close(t)`` after."""
+    """Base class: ``start(t0, t_final)`` before the loop, ``update(token, t, step, active)`` in it,
+    ``close(token, t)`` after. Subclass it for another display (a notebook widget, a log line)."""
 
     def start(self, t0: jax.Array, t_final: jax.Array) -> Any:
         """Called before the loop; returns a token threaded to ``update`` and ``close``."""
         return None
 
-    def update(self, token: Any, t: jax.Array, step: jax.Array) -> None:
-        """Called every step inside the loop (implementations throttle themselves)."""
+    def update(self, token: Any, t: jax.Array, step: jax.Array, active: jax.Array) -> None:
+        """Called every step attempt inside the loop (implementations throttle themselves).
+
+        - `t`: the simulated time at the start of the attempt (s).
+        - `step`: the number of attempts so far (int32).
+        - `active`: whether this run is still stepping (bool). Under ``vmap`` the loop body runs for
+          every member while any member runs; a member that has finished (or waits at a save time for
+          the others) has ``active`` false and its ``t`` and ``step`` frozen, and should be left out of
+          what is displayed.
+        """
 
     def close(self, token: Any, t: jax.Array) -> None:
         """Called after the loop with the final time."""
@@ -121,30 +166,34 @@ class TqdmProgressMeter(AbstractProgressMeter):
         _batch_reduced(lambda a, b: jax.debug.callback(_start, a, b), (jnp.min, jnp.max))(t0, t_final)
         return key
 
-    def update(self, token: Any, t: jax.Array, step: jax.Array) -> None:
+    def update(self, token: Any, t: jax.Array, step: jax.Array, active: jax.Array) -> None:
         def _update(t_: Any) -> None:
             with _lock:
                 bar = _bars.get(token)
                 if bar is not None:
-                    # (tqdm's update redraws at most every ``mininterval`` seconds of wall time: a
-                    # redraw costs far more than the callback)
-                    bar.update(float(np.min(t_)) - bar.t0 - bar.n)
+                    # forward only (callbacks are unordered); tqdm's update redraws at most every
+                    # ``mininterval`` seconds of wall time (a redraw costs far more than the callback)
+                    delta = float(np.max(t_)) - bar.t0 - bar.n
+                    if delta > 0:
+                        bar.update(delta)
 
-        # the throttle first, on the step count (the least advanced member's under vmap): between
-        # refreshes a step pays one comparison and a skipped conditional, never the batch reduction of t
-        due = _batch_min(jnp.asarray(step)) % self.refresh_steps == 0
-        jax.lax.cond(due, lambda: _batch_reduced(lambda a: jax.debug.callback(_update, a), (jnp.min,))(t), lambda: None)
+        # the throttle first, on the step count (the least advanced running member's under vmap):
+        # between refreshes a step pays one comparison and a skipped conditional
+        # (under vmap some member runs whenever the body does: the minimum is never the placeholder)
+        due = _running_min(jnp.asarray(step), active) % self.refresh_steps == 0
+        jax.lax.cond(due, lambda: jax.debug.callback(_update, _running_time(t, active)), lambda: None)
 
     def close(self, token: Any, t: jax.Array) -> None:
         def _close(t_: Any) -> None:
             with _lock:
                 bar = _bars.pop(token, None)
                 if bar is not None:
-                    bar.n = float(np.min(t_)) - bar.t0
-                    bar.refresh()
+                    # where the runs ended (the last member's end under vmap); ``close`` draws the
+                    # final line once (a refresh before it printed the 100 % line twice)
+                    bar.n = max(float(bar.n), float(np.max(t_)) - bar.t0)
                     bar.close()
 
-        _batch_reduced(lambda a: jax.debug.callback(_close, a), (jnp.min,))(t)
+        _batch_reduced(lambda a: jax.debug.callback(_close, a), (jnp.max,))(t)
 
 
 __all__ = ["AbstractProgressMeter", "NoProgressMeter", "TqdmProgressMeter"]

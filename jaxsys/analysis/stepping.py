@@ -205,7 +205,6 @@ class StepLoop:
     def step(self, target: Array, s: LoopState) -> LoopState:
         """One attempt of Drake's Step toward ``target`` (see the module docstring for 1-7)."""
         t = s.clock.t
-        self.meter.update(self.token, t, s.counters.attempts)
         start = self.start_of_step(s, jnp.minimum(target, self.run.t_final))  # 1
         choice = choose_step(self.integrator, self.fixed, t, start.boundary, s.clock.h_try, s.grid, self.has_state)
         attempt = self.attempt(s, start, choice)  # 3
@@ -479,14 +478,16 @@ class StepLoop:
         dense output it is not: the loop stops after the step that passes it."""
         body_target = self.run.t_final if self.dense else target
 
-        def body(c: LoopState) -> LoopState:
-            return self.step(body_target, c)
-
         def cond(c: LoopState) -> Array:
             more = c.clock.t < target
             if self.at_least_one_step:
                 more = more | (c.counters.steps == 0)
             return more & self.running(c)
+
+        def body(c: LoopState) -> LoopState:
+            # (whether this run is stepping: under vmap the body runs for every member while one does)
+            self.meter.update(self.token, c.clock.t, c.counters.attempts, cond(c))
+            return self.step(body_target, c)
 
         return self.while_loop(cond, body, s, self.integrator.max_steps)
 
