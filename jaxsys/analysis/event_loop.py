@@ -54,6 +54,7 @@ from ..framework.events import (
     _time_tolerance,
 )
 from ..framework.system import System
+from ..framework.witness import WitnessFunctionDirection
 
 
 Array = jax.Array
@@ -148,8 +149,17 @@ class EventProgram:
         )
         self.has_events = has_events(system, monitor)
         self.witnesses = []
+        # (witness index, sign) of the one-sided witnesses whose event is an update: their guards are
+        # watched after each update (see `guard_status`)
+        self.guarded: list[tuple[int, float]] = []
         if witness_leaves(system):
             self._bind_witnesses(context)
+        # the failure each guard may report (see `guard_status`): registered as a reason, carried by
+        # the guard watch itself, so that it costs the handlers' statuses nothing
+        self.guard_reasons: list[int] = []
+        for j, _ in self.guarded:
+            self._reasons.append(self._guard_reason(j))
+            self.guard_reasons.append(len(self._reasons) - 1)
         self._probe(context)
         self._frozen = True
 
@@ -283,6 +293,15 @@ class EventProgram:
             w.event for w in self.witnesses if w.event is not None and w.event.kind == PUBLISH
         ]
         self.has_events = self.has_events or bool(self.witnesses)
+        signs = {
+            WitnessFunctionDirection.POSITIVE_THEN_NON_POSITIVE: 1.0,
+            WitnessFunctionDirection.NEGATIVE_THEN_NON_NEGATIVE: -1.0,
+        }
+        self.guarded = [
+            (j, signs[w.direction])
+            for j, w in enumerate(self.witnesses)
+            if w.event is not None and w.event.kind != PUBLISH and w.direction in signs
+        ]
 
     def aligned(self, t0: float, h: float) -> bool:
         """True if every periodic event time lies on the fixed-step grid t0 + n h (so a fixed-step
@@ -317,6 +336,93 @@ class EventProgram:
     def triggered(self, w0: Array, w1: Array) -> Array:
         """Per witness: does going from w0 to w1 trigger it (its direction)?"""
         return jnp.stack([w.direction.triggered(w0[j], w1[j]) for j, w in enumerate(self.witnesses)])
+
+    def initial_guard(self, dtype: Any) -> Any:
+        """The guard watch at the start of a run: nothing watched (() when no witness is guarded)."""
+        return jnp.zeros((3, len(self.guarded)), dtype) if self.guarded else ()
+
+    def _guard_values(self, make_ctx: Any, t: Array, x: Array) -> Array:
+        """The guarded witnesses' values at ``(t, x)``, signed so that the triggered side is <= 0."""
+        idx = np.asarray([j for j, _ in self.guarded])
+        sign = jnp.asarray([sg for _, sg in self.guarded], t.dtype)
+        return sign * self.witness_values(make_ctx(t, x))[idx]
+
+    def guard_start(
+        self, guard: Array, consumed: Array, active: Array | None, make_ctx: Any, f: Any, t: Array, x: Array
+    ) -> Array:
+        """The guard watch after a step's start-of-step updates (see `guard_status`): ``guard`` as
+        carried (``[watched, highest value since the update, failed]`` per guarded witness), ``consumed`` (per
+        witness: its update ran at this step's start), ``active`` (per witness, monitored; None: all),
+        the step's context maker and vector field, and its start ``(t, x)``. A guard whose update just
+        ran is watched if it left the witness on its triggered side, not moving deeper."""
+        idx = np.asarray([j for j, _ in self.guarded])
+        t_, x_ = jax.lax.stop_gradient(t), jax.lax.stop_gradient(x)
+        updated = consumed[idx] if active is None else consumed[idx] & active[idx]
+        # the signed witnesses and their rates along the vector field at the updated start (a lax.cond
+        # on `updated` measured no faster: it is a select under vmap, and a conditional costs a step too)
+        y, dy = jax.jvp(
+            lambda tt, xx: self._guard_values(make_ctx, tt, xx),
+            (t_, x_),
+            (jnp.ones_like(t_), jax.lax.stop_gradient(f(t_, x_))),
+        )
+        fresh = updated & (y <= 0) & (dy >= 0)
+        return jnp.stack([jnp.where(fresh, 1.0, guard[0]).astype(t.dtype), jnp.where(fresh, y, guard[1]), guard[2]])
+
+    def guard_end(self, guard: Array, active: Array | None, make_ctx: Any, t: Array, x: Array) -> tuple[Array, Array]:
+        """The guard watch at an accepted step's end ``(t, x)``: per guarded witness, whether the state
+        went back through its guard (lower than its highest value since the update: the step is not
+        taken), and the watch carried on (ended where the witness is back on its armed side)."""
+        y = self._guard_values(make_ctx, jax.lax.stop_gradient(t), jax.lax.stop_gradient(x))
+        watched = guard[0] > 0
+        if active is not None:
+            watched = watched & active[np.asarray([j for j, _ in self.guarded])]
+        high = guard[1]
+        fell = watched & (y < high - 8.0 * jnp.finfo(t.dtype).eps * jnp.abs(high))
+        keep = watched & (y <= 0) & ~fell
+        return jnp.stack([keep.astype(t.dtype), jnp.where(keep, jnp.maximum(high, y), high), guard[2]]), fell
+
+    def _guard_reason(self, j: int) -> tuple[str, str]:
+        """(system path, message) of the failure of guarded witness ``j`` (see `guard_status`)."""
+        w = self.witnesses[j]
+        side = "w <= 0" if w.direction is WitnessFunctionDirection.POSITIVE_THEN_NON_POSITIVE else "w >= 0"
+        message = (
+            f"the update event of witness {w.description!r} left the state on its guard ({side} after the "
+            f"update, not moving deeper) and the state then went back through the guard, where no crossing "
+            f"can be detected: the events accumulate (Zeno behaviour, e.g. bounces shrinking below what "
+            f"witness isolation resolves) or the model reaches a resting contact its events do not handle. "
+            f"The run stopped here rather than pass through the guard. Model the contact (a mode entered "
+            f"when the speed after an impact is below a threshold), or end the run with a termination."
+        )
+        return EventStatus.failed(w.system, message).reasons[0]
+
+    def guard_status(self, status: Array, guard: Any) -> Array:
+        """The packed status of the first guarded witness whose guard the state went back through
+        without a crossing (``guard``'s failed row), else ``status``.
+
+        The rule (issue #36: never pass a guard silently). A one-sided witness (positive then
+        non-positive, or the reverse) whose event is an update is a guard the update is meant to send
+        the state away from (an impact law). After such an update leaves the witness on its triggered
+        side (w <= 0 for positive-then-non-positive) and not moving deeper (dw/dt >= 0 along the vector
+        field), the loop watches it: back on the armed side (w > 0) at a step's end, the watch ends;
+        lower than the highest value it had since the update, the state has gone back through the guard
+        where no crossing can be detected (a crossing needs a positive start), so that step is not
+        taken: it is retried with half the step (a bounce the long step hid is then seen and handled),
+        and once the step is at time's resolution the run stops with this status at its start (the
+        state the update left) instead of passing through. This is what Zeno behaviour (a bouncing ball
+        whose bounces shrink below what isolation resolves) and a resting contact (restitution 0) look
+        like. An
+        update that leaves the state moving on through the guard (dw/dt < 0: a threshold crossed on
+        purpose) is not watched."""
+        if not self.guarded:
+            return status
+        failed = guard[2] > 0
+        which = jnp.asarray(self.guard_reasons, jnp.int32)[jnp.argmax(failed)]
+        return jnp.where(jnp.any(failed), jnp.stack([jnp.asarray(FAILED, jnp.int32), which]), status)
+
+    @staticmethod
+    def guard_failed(guard: Any) -> Array:
+        """Whether the state went back through a guard (the run stops)."""
+        return jnp.any(guard[2] > 0)
 
     def no_witness_flags(self) -> Array:
         """All-false event flags: one per witness function, then one per timed event."""

@@ -174,7 +174,8 @@ class EventCarry(NamedTuple):
     start-of-step updates), `counts` ([publishes, discrete updates, unrestricted updates]),
     `witness_pending` (witnesses that triggered at the end of the last step: their update events run
     at the start of the next), `status` (the handlers' and monitor's status so far, int32
-    ``[severity, reason index]``: see `pack`).
+    ``[severity, reason index]``: see `pack`), `guard` (per guarded witness, whether it is watched and
+    the highest value it had since its update: see `EventProgram.guard_status`; () when none).
     """
 
     rest: Any
@@ -184,6 +185,7 @@ class EventCarry(NamedTuple):
     counts: Array
     witness_pending: Array
     status: Array
+    guard: Any = ()
 
 
 class DenseStep(NamedTuple):

@@ -633,7 +633,8 @@ def _simulate_body(
                 now = _right_now(program, context, "update")
                 if now is not None:
                     pending = pending | now
-            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending, status0)
+            guard0 = program.initial_guard(context.get_time().dtype)
+            events0 = EventCarry(rest0, k0, logs0, jnp.array(False), counts0, pending, status0, guard0)
         stepper = StepLoop(
             run,
             fixed,

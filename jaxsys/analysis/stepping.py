@@ -71,7 +71,13 @@ from .results import (
 )
 from .step_size import StepChoice, Verdict, choose_step, error_control
 from .trajectory import SegmentBuffer
-from .witness_isolation import detect_crossings, first_bracket, isolate_crossing, isolation_window
+from .witness_isolation import (
+    ISOLATION_ULPS,
+    detect_crossings,
+    first_bracket,
+    isolate_crossing,
+    isolation_window,
+)
 
 
 Array = jax.Array
@@ -194,6 +200,8 @@ class StepLoop:
         go = (s.counters.status == STATUS_OK) & (s.counters.attempts < self.integrator.max_steps)
         if self.program is not None and self.program.can_stop:
             go = go & ~EventProgram.stopped(s.events.status)
+        if self.program is not None and self.program.guarded:
+            go = go & ~EventProgram.guard_failed(s.events.guard)
         return go
 
     def context_at(self, s: LoopState, t: Array, x: Array) -> Context:
@@ -248,8 +256,43 @@ class StepLoop:
             )
         *landing, w_now, status = self.isolate_witnesses(t, start, choice, attempt, verdict)  # 5
         verdict = verdict._replace(status=status)
+        guard = self.watch_guards(s, start, t, landing, verdict.accept)
+        if guard is not None:
+            # the state went back through a guard after its update, where no crossing is seen: this step
+            # is not taken. A bounce the step was too long to see (the witness went back to its armed
+            # side and down again inside it) is found by retrying with half the step; once the step is at
+            # time's resolution, the events accumulate (Zeno) or the state rests on the guard: the run
+            # stops at this step's start with the failure that names the witness
+            fell = jnp.any(guard[1])
+            floor = ISOLATION_ULPS * jnp.finfo(t.dtype).eps * jnp.maximum(1.0, jnp.abs(t))
+            retry = fell & (0.5 * choice.h >= floor)
+            verdict = verdict._replace(
+                accept=verdict.accept & ~fell,
+                h_next=jnp.where(retry, 0.5 * choice.h, verdict.h_next),
+                shrinkage=jnp.where(fell, 0, verdict.shrinkage),
+                failure=jnp.where(fell, 0, verdict.failure),
+            )
+            guard = (guard[0], guard[1] & ~retry)
         new = self.commit(s, start, choice, attempt, verdict, tuple(landing))  # 6
-        return self.end_of_step(new, start, verdict.accept, w_now)  # 7
+        return self.end_of_step(new, start, verdict.accept, w_now, guard)  # 7
+
+    def watch_guards(
+        self, s: LoopState, start: StepStart, t: Array, landing: list[Any], accept: Array
+    ) -> tuple[Array, Array] | None:
+        """The guard watch of this attempt (`EventProgram.guard_start` at its start, `guard_end` at the
+        end of an accepted step) and, per guarded witness, whether the state went back through its
+        guard; None when no witness is guarded."""
+        program = self.program
+        if program is None or not program.guarded:
+            return None
+        ev = s.events
+        consumed = ev.witness_pending & ~ev.step_open  # (the updates this step's start performed)
+        active = start.witness_active
+        guard = program.guard_start(ev.guard, consumed, active, start.make_ctx, start.f, t, start.x)
+        t_end, _, x_end, _ = landing
+        ended, fell = program.guard_end(guard, active, start.make_ctx, t_end, x_end)
+        # (a step not taken keeps the watch of its start)
+        return jnp.where(accept & ~jnp.any(fell), ended, guard), fell & accept
 
     def start_of_step(self, s: LoopState, boundary: Array) -> StepStart:
         """Step 1: the start-of-step updates (skipped when the last attempt was rejected: the step is
@@ -442,9 +485,12 @@ class StepLoop:
             segments = segments.written(accept, clock.t, h, start.x, x_new, attempt.dense)
         return LoopState(x_acc, new_clock, counters, grid, start.events, istate, dense, segments)
 
-    def end_of_step(self, s: LoopState, start: StepStart, accept: Array, w_now: Any) -> LoopState:
+    def end_of_step(
+        self, s: LoopState, start: StepStart, accept: Array, w_now: Any, guard: tuple[Array, Array] | None = None
+    ) -> LoopState:
         """Step 7: publishes at the new time (if the attempt was accepted), including those of the
-        witnesses that triggered; their update events become pending for the next step's start."""
+        witnesses that triggered; their update events become pending for the next step's start. The
+        guard watch (`watch_guards`) is carried on, with the guards the state went back through."""
         if self.program is None:
             return s
         ev = s.events
@@ -467,6 +513,7 @@ class StepLoop:
             counts=ev.counts + jnp.stack([n_p, start.n_d, start.n_u]),
             witness_pending=jnp.where(accept, w_now, ev.witness_pending),
             status=program.fold_in(ev.status, p_status),
+            guard=ev.guard if guard is None else guard[0].at[2].set(guard[1].astype(guard[0].dtype)),
         )
         return s._replace(events=events)
 
@@ -545,8 +592,9 @@ class StepLoop:
         """The loop's output: a run that stopped early with status ok ran out of attempts."""
         c, clock, integrator = s.counters, s.clock, self.integrator
         if self.program is not None:
-            # a run an event handler stopped is finished; one that failed has that status
-            event_status = s.events.status
+            # a run an event handler stopped is finished; one that failed has that status (a guard the
+            # state went back through is a failure naming its witness)
+            event_status = self.program.guard_status(s.events.status, s.events.guard)
             unfinished = unfinished & ~EventProgram.stopped(event_status)
             status = jnp.where(event_status[0] == FAILED, STATUS_EVENT_FAILED, c.status)
         else:
@@ -569,6 +617,16 @@ class StepLoop:
         if self.program is not None:
             ev = s.events
             return LoopOutput(
-                clock.t, s.x, buf, stats, status, ev.rest, ev.logs, ev.counts, ev.witness_pending, ev.status, segments
+                clock.t,
+                s.x,
+                buf,
+                stats,
+                status,
+                ev.rest,
+                ev.logs,
+                ev.counts,
+                ev.witness_pending,
+                event_status,
+                segments,
             )
         return LoopOutput(clock.t, s.x, buf, stats, status, segments=segments)
