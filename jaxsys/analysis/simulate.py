@@ -954,7 +954,7 @@ def _finish(
         )
         checked = eqx.branched_error_if(checked, raw.status != STATUS_OK, which, messages)
     if throw and raw.segments is not None:
-        capacity = int(raw.segments.th.shape[0]) - 1
+        capacity = raw.segments.capacity
         checked = eqx.error_if(
             checked,
             (raw.segments.taken > capacity) & (raw.status == STATUS_OK),
@@ -1009,9 +1009,5 @@ def _trajectory(run: Run, segments: Any) -> DenseTrajectory | None:
     if isinstance(integrator.target_accuracy, jax.core.Tracer):  # (a static field must not hold a tracer)
         integrator = copy.copy(integrator)
         object.__setattr__(integrator, "target_accuracy", None)
-    s = segments
-    cap = s.th.shape[0] - 1  # (the spare row is not a step)
-    kept = jnp.arange(cap) < s.taken
-    t = jnp.where(kept, s.th[:cap, 0], jnp.inf)  # (rows past the steps: +inf, so no time finds them)
-    xs = s.xs[:cap]
-    return DenseTrajectory(t, s.th[:cap, 1], xs[:, 0, :], xs[:, 1, :], xs[:, 2:, :], s.taken, integrator)
+    t, h, x, x_new, data = segments.segments(int(run.x0.shape[0]), run.x0.dtype, run.t0.dtype)
+    return DenseTrajectory(t, h, x, x_new, data, segments.taken, integrator)

@@ -25,40 +25,56 @@ Array = jax.Array
 
 
 class SegmentBuffer(NamedTuple):
-    """The loop's record of accepted steps, packed in two buffers so that the loop carries two elements
-    for it (each element of a while loop's carry costs at every step on a CPU): ``th[k] = [t_k, h_k]``
-    (start time, step size) and ``xs[k] = [x_k, x_new_k, interpolation data rows...]``; ``taken``, the
-    number of steps accepted so far (which may exceed the capacity: the rest are not kept). Every
-    attempt writes its row at ``taken`` (a rejected one is overwritten by the next), and a run past
-    the capacity writes into one spare row: an in-place update each step, no read, no select. Rows at
-    or past ``taken`` are not steps (`trajectory` reads the first ``taken``)."""
+    """The loop's record of accepted steps, packed in one buffer so that each step attempt writes one
+    row (on a CPU every in-place write is a kernel of its own, ~0.4 us a step whatever its size: two
+    buffers cost twice): ``rows[k] = [t_k, h_k, x_k..., x_new_k..., interpolation data...]`` (start
+    time, step size, the states at its ends, the data rows flattened) in the wider of the time's and
+    the state's dtypes; ``taken``, the number of steps accepted so far (which may exceed the capacity:
+    the rest are not kept). Every attempt writes its row at ``taken`` (a rejected one is overwritten
+    by the next), and a run past the capacity writes into one spare row: an in-place update each step,
+    no read, no select. Rows at or past ``taken`` are not steps (`segments` reads the first
+    ``taken``)."""
 
-    th: Array
-    xs: Array
+    rows: Array
     taken: Array
 
     @staticmethod
     def empty(capacity: int, x: Array, data_shape: tuple[int, ...], dtype: Any) -> SegmentBuffer:
         n = x.shape[0]
-        rows = 2 + (int(data_shape[0]) if len(data_shape) > 1 else 0)
+        width = 2 + n * (2 + (int(data_shape[0]) if len(data_shape) > 1 else 0))
         return SegmentBuffer(
-            jnp.zeros((capacity + 1, 2), dtype),
-            jnp.zeros((capacity + 1, rows, n), x.dtype),
-            jnp.zeros((), jnp.int32),
+            jnp.zeros((capacity + 1, width), jnp.result_type(dtype, x.dtype)), jnp.zeros((), jnp.int32)
         )
+
+    @property
+    def capacity(self) -> int:
+        """Rows kept (the spare row is not one)."""
+        return int(self.rows.shape[0]) - 1
 
     def written(self, accept: Array, t: Array, h: Array, x: Array, x_new: Array, data: Array) -> SegmentBuffer:
         """This buffer with the attempt written at row ``taken`` (the spare row once full), and
         ``taken`` advanced if it was accepted."""
-        cap = self.th.shape[0] - 1
-        i = jnp.minimum(self.taken, cap)
-        dtype = self.th.dtype
-        th_row = jnp.stack([jnp.asarray(t, dtype), jnp.asarray(h, dtype)])[None]
-        rows = [x[None], x_new[None].astype(x.dtype), jnp.reshape(data, (-1, x.shape[0])).astype(x.dtype)]
-        zero = jnp.zeros((), i.dtype)
-        th = jax.lax.dynamic_update_slice(self.th, th_row, (i, zero))
-        xs = jax.lax.dynamic_update_slice(self.xs, jnp.concatenate(rows)[None], (i, zero, zero))
-        return SegmentBuffer(th, xs, self.taken + accept.astype(jnp.int32))
+        i = jnp.minimum(self.taken, self.capacity)
+        dtype = self.rows.dtype
+        parts = [jnp.stack([t, h]).astype(dtype), x.astype(dtype), x_new.astype(dtype)]
+        if self.rows.shape[1] > 2 + 2 * x.shape[0]:
+            parts.append(jnp.reshape(data, (-1,)).astype(dtype))
+        row = jnp.concatenate(parts)[None]
+        rows = jax.lax.dynamic_update_slice(self.rows, row, (i, jnp.zeros((), i.dtype)))
+        return SegmentBuffer(rows, self.taken + accept.astype(jnp.int32))
+
+    def segments(self, n: int, x_dtype: Any, t_dtype: Any) -> tuple[Array, Array, Array, Array, Array]:
+        """The kept rows unpacked for a state of size ``n``: start times (``+inf`` past the steps taken,
+        so that no time finds them), step sizes, the states at the starts and ends, and the
+        interpolation data, shape (capacity, data rows, n)."""
+        cap = self.capacity
+        body = self.rows[:cap]
+        kept = jnp.arange(cap) < self.taken
+        t = jnp.where(kept, body[:, 0], jnp.inf).astype(t_dtype)
+        h = body[:, 1].astype(t_dtype)
+        x, x_new = body[:, 2 : 2 + n].astype(x_dtype), body[:, 2 + n : 2 + 2 * n].astype(x_dtype)
+        data = body[:, 2 + 2 * n :].reshape(cap, -1, n) if n else jnp.zeros((cap, 0, 0), x_dtype)
+        return t, h, x, x_new, data.astype(x_dtype)
 
 
 class DenseTrajectory(eqx.Module):
