@@ -21,6 +21,66 @@ def world4():
     return ecs.World.empty(4, {"pos": jnp.zeros(2), "mass": jnp.zeros(())})
 
 
+
+def test_component_states_restate_gz_set_changed():
+    """Issue #38 item 4, gz-sim src/EntityComponentManager_TEST.cc SetChanged: created components are
+    OneTimeChange; after SetAllComponentsUnchanged NoChange; SetChanged(e1, Periodic) and (e2,
+    OneTime) read back; RemoveComponent leaves the state NoChange (jaxsys marked it a one-time change
+    before) while the removal is listed (ChangedStateComponents: the removed component is in the
+    changed state). An unknown component's state is NoChange."""
+    w = ecs.World.empty(4, {"int": jnp.zeros((), jnp.int32)})
+    w, e1 = w.create_entity()
+    w, e2 = w.create_entity()
+    w = w.create_component(e1, "int", 123).create_component(e2, "int", 456)
+    assert [int(w.component_state(e, "int")) for e in (e1, e2)] == [2, 2]  # OneTimeChange
+    w = w.end_of_step()  # (RunSetAllComponentsUnchanged)
+    assert [int(w.component_state(e, "int")) for e in (e1, e2)] == [0, 0]
+    w = w.set_changed(e1, "int", 1).set_changed(e2, "int", 2)
+    assert [int(w.component_state(e, "int")) for e in (e1, e2)] == [1, 2]
+    np.testing.assert_array_equal(w.each_changed("int", "periodic")[:2], [True, False])
+    w = w.remove_component(e1, "int")
+    assert int(w.component_state(e1, "int")) == 0  # NoChange
+    assert not bool(w.each_changed("int")[0])
+    np.testing.assert_array_equal(w.each_component_removed("int")[:2], [True, False])
+    w = w.remove_component(e2, "int")
+    assert int(w.component_state(e2, "int")) == 0
+    assert not bool(jnp.any(w.each_changed("int")))  # (gz: HasOneTimeComponentChanges false)
+    # cleared at the end of the step (RunClearRemovedComponents); given back the same step, it is a
+    # one-time change and not removed
+    assert not bool(jnp.any(w.end_of_step().each_component_removed("int")))
+    w = w.create_component(e2, "int", 7)
+    assert int(w.component_state(e2, "int")) == 2 and not bool(w.each_component_removed("int")[1])
+    with pytest.raises(js.JaxsysError, match="NoChange"):
+        w.set_changed(e1, "int", 3)
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_set_component_data_says_whether_it_changed(x64):
+    """Issue #38 item 4, gz-sim EntityComponentManager::SetComponentData: returns whether the data
+    changed (true when it creates the component), so a system can skip work; the change state of an
+    existing component is left to the caller (SetChanged), as in gz-sim. Under jit and vmap too."""
+    with jax.enable_x64(x64):
+        w = world4()
+        w, e = w.create_entity()
+        w, created = w.set_component_data(e, "pos", jnp.array([1.0, 2.0]))
+        assert bool(created) and int(w.component_state(e, "pos")) == 2  # a new component: OneTimeChange
+        w = w.end_of_step()
+        w, same = w.set_component_data(e, "pos", jnp.array([1.0, 2.0]))
+        assert not bool(same) and int(w.component_state(e, "pos")) == 0
+        w, moved = w.set_component_data(e, "pos", jnp.array([1.0, 2.5]))
+        assert bool(moved) and int(w.component_state(e, "pos")) == 0  # not marked: the caller does
+        np.testing.assert_allclose(w.component(e, "pos"), [1.0, 2.5])
+
+        def write(world, value):
+            world, changed = world.set_component_data(e, "pos", value)
+            return world.set_changed(e, "pos", jnp.where(changed, 2, 0)), changed
+
+        values = jnp.array([[1.0, 2.5], [0.0, 2.5]])
+        worlds, changed = jax.jit(jax.vmap(write, in_axes=(None, 0)))(w, values)
+        np.testing.assert_array_equal(changed, [False, True])
+        np.testing.assert_array_equal(worlds.components["pos"].changed[:, 0], [0, 2])
+
+
 def test_stale_handles_never_reach_the_new_entity_in_a_reused_slot():
     """gz-sim never reuses an entity id (EntityComponentManager::CreateEntity takes the next id): a
     removed entity's id names nothing. jaxsys reuses slots, so handles carry the slot's generation."""
@@ -289,6 +349,56 @@ def test_system_owner_entity_is_checked_and_given_to_configure():
     assert float(w.component(e, "mass")) == 3.0
     with pytest.raises(js.JaxsysError, match="owner entity 3 does not exist"):
         ecs.configure(w, [Owned(owner=3)])
+
+
+
+class _Counter(ecs.EcsSystem):
+    """Counts its updates into its owner's "mass" (or, owned by the world, into entity 0's)."""
+
+    owner: int
+    counts_into: int
+
+    def update(self, info, world):
+        return world.create_component(self.counts_into, "mass", world.component(self.counts_into, "mass") + 1.0)
+
+    def post_update(self, info, view):
+        return jnp.asarray(1.0)
+
+
+class _Remover(ecs.EcsSystem):
+    target: int
+
+    def update(self, info, world):
+        return jax.lax.cond(
+            info.iterations == 3, lambda w: w.request_remove_entity(self.target, recursive=False), lambda w: w, world
+        )
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_systems_of_a_removed_entity_stop(x64):
+    """Issue #38 item 3, gz-sim src/SystemManager.cc (ProcessRemovedEntities: the systems whose parent
+    entity is removed are removed) and test/integration/entity_system.cc: two systems owned by a box,
+    the box removed in step 3: they ran 3 times (was: 6 of 6), a world system all 6; their post_update
+    outputs are zeros once gone. Under jit and vmap over worlds too."""
+    with jax.enable_x64(x64):
+        w = world4()
+        w, ground = w.create_entity()
+        w, box = w.create_entity()
+        w = w.create_component(ground, "mass", jnp.asarray(0.0))
+        systems = [
+            _Counter(owner=box, counts_into=ground),
+            _Counter(owner=box, counts_into=ground),
+            _Counter(owner=ecs.NULL_ENTITY, counts_into=ground),
+            _Remover(target=box),
+        ]
+        final, _, outs = ecs.run(w, systems, 6)
+        # steps 1-3: three counters; steps 4-6 (box removed at the end of step 3): the world's only
+        assert float(final.component(ground, "mass")) == 3 * 3 + 3
+        np.testing.assert_array_equal(np.asarray(outs[0]), [1, 1, 1, 0, 0, 0])
+        np.testing.assert_array_equal(np.asarray(outs[2]), [1, 1, 1, 1, 1, 1])
+        worlds = jax.tree_util.tree_map(lambda a: jnp.stack([a, a]), w)
+        finals, _, _ = jax.jit(jax.vmap(lambda ww: ecs.run(ww, systems, 6)))(worlds)
+        np.testing.assert_array_equal(finals.components["mass"].data[:, 0], [12.0, 12.0])
 
 
 def test_a_false_pause_request_is_no_request():

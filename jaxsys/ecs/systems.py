@@ -24,13 +24,14 @@ request makes the next pass a reset pass (the ``reset`` phase only, on the run's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 
 from ..framework.errors import JaxsysError
 from .world import NULL_ENTITY, Column, Control, World, WorldView, creating_as
@@ -161,19 +162,40 @@ def _guarded(system: EcsSystem, before: World, after: World) -> World:
     return dataclasses.replace(after, components=comps)
 
 
+def _owner_exists(system: EcsSystem, world: World) -> Array | None:
+    """Whether the entity that owns ``system`` exists (None for a system of the world itself)."""
+    owner = system.get_owner()
+    if isinstance(owner, (int, np.integer)) and int(owner) == NULL_ENTITY:
+        return None
+    return world.exists(owner)
+
+
+def _if_owned(system: EcsSystem, world: World, fn: Callable[[World], World]) -> World:
+    """``fn(world)``, or ``world`` unchanged once the system's owner entity is gone (gz-sim's
+    SystemManager removes the systems of a removed entity; a handle never names a later entity)."""
+    alive = _owner_exists(system, world)
+    if alive is None:
+        return fn(world)
+    return jax.lax.cond(alive, fn, lambda w: w, world)
+
+
 def _phases(world: World, info: UpdateInfo, systems: Sequence[EcsSystem]) -> tuple[World, tuple[Any, ...]]:
-    """PreUpdates, Updates (priority order), PostUpdates (their outputs)."""
+    """PreUpdates, Updates (priority order), PostUpdates (their outputs). A system whose owner entity
+    no longer exists does nothing (its post_update outputs are zeros)."""
     for s in _ordered(systems, "pre_update"):
         with creating_as(f"{type(s).__name__}.pre_update"):
-            world = _guarded(s, world, s.pre_update(info, world))
+            world = _if_owned(s, world, lambda w, s=s: _guarded(s, w, s.pre_update(info, w)))
     for s in _ordered(systems, "update"):
         with creating_as(f"{type(s).__name__}.update"):
-            world = _guarded(s, world, s.update(info, world))
+            world = _if_owned(s, world, lambda w, s=s: _guarded(s, w, s.update(info, w)))
     view = WorldView(world)
     outputs = []
     for s in systems:  # PostUpdate order is irrelevant (gz-sim runs them in parallel)
         if _implements(s, "post_update"):
             out = s.post_update(info, view)
+            alive = _owner_exists(s, world)
+            if alive is not None:
+                out = jax.tree_util.tree_map(lambda x, a=alive: jnp.where(a, x, jnp.zeros_like(x)), out)
             if any(
                 isinstance(x, (World, WorldView))
                 for x in jax.tree_util.tree_leaves(out, is_leaf=lambda x: isinstance(x, (World, WorldView)))
@@ -241,7 +263,7 @@ def _runner_pass(
         i = UpdateInfo.start(paused)
         w = w.reset_to(initial)
         for s in _ordered(systems, "reset"):
-            w = s.reset(i, w)
+            w = _if_owned(s, w, lambda w_, s=s: s.reset(i, w_))
         return w, i, zeros()
 
     if can_reset:

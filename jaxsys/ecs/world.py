@@ -76,7 +76,8 @@ def _concrete(x: Any) -> Any:
 class Column(eqx.Module):
     """One component type: ``data`` (capacity, *shape), ``present`` (capacity,) and ``changed``
     (int8, capacity): 0 unchanged, 1 periodic change, 2 one-time change this step (gz-sim's
-    ``ComponentState``; the stronger of the step's writes), cleared at the end of the step."""
+    ``ComponentState``; the stronger of the step's writes), -1 removed this step (gz-sim: state
+    ``NoChange``, listed among the removed components), cleared at the end of the step."""
 
     data: Array
     present: Array
@@ -356,13 +357,62 @@ class World(eqx.Module):
 
     set_component = create_component
 
+    def set_component_data(self, entity: Any, name: str, value: Any) -> tuple[World, Array]:
+        """``(world, changed)``: ``entity``'s component ``name`` set to ``value`` (created if missing),
+        and whether that changed anything: the component was created or its value differs (gz-sim
+        ``SetComponentData``, whose result callers use to skip work). As in gz-sim, an existing
+        component's change state is not marked: mark it with `set_changed` where ``changed`` is true
+        (or use `set_component`, which always marks it). May be traced."""
+        col = self._column(name)
+        v = self._checked_value(name, value, f"set_component_data(entity, {name!r})")
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, f"set_component_data(entity, {name!r})")
+        had = col.present[slot]
+        differs = jnp.any(v != col.data[slot]) | ~had
+        data = col.data.at[slot].set(jnp.where(ok, v, col.data[slot]))
+        present = col.present.at[slot].set(had | ok)
+        # (a component it creates is new: one-time change, as gz-sim's CreateComponent marks it)
+        changed = col.changed.at[slot].set(_mark(col.changed[slot], ok & ~had, False))
+        world = self._with_column(name, Column(data, present, changed))
+        return dataclasses.replace(world, invalid_operations=self._invalid(ok)), ok & differs
+
+    def set_changed(self, entity: Any, name: str, state: Any) -> World:
+        """Set the change state of ``entity``'s component ``name`` (gz-sim ``SetChanged``): ``state`` 0
+        (``NoChange``), 1 (``PeriodicChange``) or 2 (``OneTimeChange``), replacing the step's state (not
+        the stronger of the two). Nothing where the entity lacks the component. May be traced."""
+        col = self._column(name)
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, f"set_changed(entity, {name!r})")
+        state = jnp.asarray(state)
+        known = _concrete(state)
+        if known is not None and int(known) not in (0, 1, 2):
+            raise JaxsysError(
+                f"World.set_changed: state must be 0 (NoChange), 1 (PeriodicChange) or 2 (OneTimeChange); "
+                f"got {int(known)}."
+            )
+        hit = ok & col.present[slot]
+        changed = col.changed.at[slot].set(jnp.where(hit, jnp.clip(state, 0, 2), col.changed[slot]).astype(jnp.int8))
+        world = self._with_column(name, Column(col.data, col.present, changed))
+        return dataclasses.replace(world, invalid_operations=self._invalid(ok))
+
+    def component_state(self, entity: Any, name: str) -> Array:
+        """The change state of ``entity``'s component ``name`` this step (gz-sim ``ComponentState``): 0
+        ``NoChange`` (also for a removed component, or an entity without it), 1 ``PeriodicChange``, 2
+        ``OneTimeChange`` (int8)."""
+        slot, ok = self.slot_of(entity)
+        c = self._column(name).changed[slot]
+        return jnp.where(ok & (c > 0), c, 0).astype(jnp.int8)
+
     def remove_component(self, entity: Any, name: str) -> World:
-        """Remove component ``name`` from ``entity`` (gz-sim ``RemoveComponent``)."""
+        """Remove component ``name`` from ``entity`` (gz-sim ``RemoveComponent``): its change state is
+        ``NoChange`` from then on (gz-sim), and `each_component_removed` reports it until the end of
+        the step."""
         col = self._column(name)
         slot, ok = self.slot_of(entity)
         self._check(entity, ok, f"remove_component(entity, {name!r})")
+        hit = ok & col.present[slot]
         present = col.present.at[slot].set(col.present[slot] & ~ok)
-        changed = col.changed.at[slot].set(_mark(col.changed[slot], ok, False))
+        changed = col.changed.at[slot].set(jnp.where(hit, jnp.int8(-1), col.changed[slot]))
         world = self._with_column(name, Column(col.data, present, changed))
         return dataclasses.replace(world, invalid_operations=self._invalid(ok))
 
@@ -438,7 +488,7 @@ class World(eqx.Module):
         return self.each(names) & self.removing
 
     def each_changed(self, name: str, kind: str = "any") -> Array:
-        """Entities whose component ``name`` was written (or removed) this step: ``kind`` "any",
+        """Entities whose component ``name`` was written this step: ``kind`` "any",
         "one_time" (gz-sim's ``ComponentState::OneTimeChange``) or "periodic" (``PeriodicChange``);
         cleared at the end of the step."""
         level = {"any": 1, "periodic": 1, "one_time": 2}.get(kind)
@@ -447,6 +497,11 @@ class World(eqx.Module):
         c = self._column(name).changed
         hit = c == 1 if kind == "periodic" else c >= level
         return self.alive & hit
+
+    def each_component_removed(self, name: str) -> Array:
+        """Entities whose component ``name`` was removed this step (and not given back): gz-sim's
+        removed components, cleared at the end of the step (``RunClearRemovedComponents``)."""
+        return self.alive & (self._column(name).changed == -1)
 
     def count(self, names: Sequence[str] = ()) -> Array:
         """Number of entities having all of ``names``."""
@@ -594,6 +649,14 @@ class WorldView(eqx.Module):
     def each_changed(self, name: str, kind: str = "any") -> Array:
         """See `World.each_changed`."""
         return self._world.each_changed(name, kind)
+
+    def each_component_removed(self, name: str) -> Array:
+        """See `World.each_component_removed`."""
+        return self._world.each_component_removed(name)
+
+    def component_state(self, entity: Any, name: str) -> Array:
+        """See `World.component_state`."""
+        return self._world.component_state(entity, name)
 
     def handles(self) -> Array:
         """See `World.handles`."""
