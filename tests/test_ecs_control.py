@@ -21,7 +21,6 @@ def world4():
     return ecs.World.empty(4, {"pos": jnp.zeros(2), "mass": jnp.zeros(())})
 
 
-
 def test_component_states_restate_gz_set_changed():
     """Issue #38 item 4, gz-sim src/EntityComponentManager_TEST.cc SetChanged: created components are
     OneTimeChange; after SetAllComponentsUnchanged NoChange; SetChanged(e1, Periodic) and (e2,
@@ -231,6 +230,66 @@ def test_run_to_sim_time_pauses_there():
     assert bool(info.paused) and int(info.iterations) == 3
 
 
+def test_the_runner_state_carries_over_to_the_next_run():
+    """Issue #38 item 1, gz-sim SimulationRunner: its paused state (set by a run-to time or a pause
+    request) is the runner's, kept between steps. Before, the next ``ecs.run`` started unpaused
+    (4.502 s, iteration 2301 after a run-to-time pause at 4.5 s, 2300)."""
+    world, info, (out,) = ecs.run(world4(), [Clock()], 8, step_size=0.002, run_to_sim_time=0.006)
+    assert bool(info.paused) and int(info.iterations) == 3
+    world, info, (out,) = ecs.run(world, [Clock()], 3, step_size=0.002, info=info)
+    np.testing.assert_array_equal(out[:, 0], [6e6, 6e6, 6e6])  # still paused (was 8e6, 10e6, 12e6)
+    np.testing.assert_array_equal(out[:, 2], [1, 1, 1])
+    # play requested on the world between runs
+    world, info, (out,) = ecs.run(world.request_play(), [Clock()], 2, step_size=0.002, info=info)
+    np.testing.assert_array_equal(out[:, 1], [4, 5])
+    # a system's pause request in a run's last pass holds for the next run (jitted: the same)
+    world, info, (out,) = ecs.run(world4(), [Clock([(3, "pause", True)])], 3, step_size=0.001)
+    np.testing.assert_array_equal(out[:, 1], [1, 2, 3])
+    world, info, (out,) = jax.jit(lambda w, i: ecs.run(w, [Clock()], 2, step_size=0.001, info=i))(world, info)
+    np.testing.assert_array_equal(out[:, 1], [3, 3])
+    assert bool(info.paused)
+    # an explicit paused= argument still decides
+    _, _, (out,) = ecs.run(world, [Clock()], 2, step_size=0.001, info=info, paused=False)
+    np.testing.assert_array_equal(out[:, 1], [4, 5])
+
+
+def test_requests_made_on_the_world_between_runs():
+    """Issue #38 item 2, gz-sim: a WorldControl message between steps (reset, stop, pause,
+    multi_step) is applied before the next step. Before, a reset made this way was dropped and a
+    stop reported stopped=True while every pass ran."""
+    w = world4()
+    w, keep = w.create_entity()
+    w = w.create_component(keep, "pos", jnp.array([9.0, 9.0])).end_of_step()
+    systems = [Spawn(), Resetter()]
+    world, info, (out,) = ecs.run(w, systems, 2, step_size=0.001)
+    np.testing.assert_array_equal(out[:, 0], [2, 3])
+    # reset: the next run's first pass is the reset pass (outputs zeros), then iterations restart
+    world, info, (out,) = ecs.run(world.request_reset(), systems, 3, step_size=0.001, info=info, initial_world=w)
+    np.testing.assert_array_equal(out[:, 0], [0, 2, 3])
+    np.testing.assert_array_equal(out[:, 1], [0, 1, 2])
+    # stop: no pass runs
+    stopped, info2, (out,) = ecs.run(world.request_stop(), systems, 3, step_size=0.001, info=info)
+    assert bool(stopped.control.stopped) and int(info2.iterations) == int(info.iterations)
+    np.testing.assert_array_equal(out, np.zeros_like(out))
+    assert int(stopped.count(["pos"])) == int(world.count(["pos"]))
+    # pause, then a multi-step of 2 while paused
+    paused, info3, (out,) = ecs.run(world.request_pause(), [Clock()], 2, step_size=0.001, info=info)
+    np.testing.assert_array_equal(out[:, 1], [2, 2])
+    _, _, (out,) = ecs.run(paused.request_multi_step(2), [Clock()], 4, step_size=0.001, info=info3)
+    np.testing.assert_array_equal(out[:, 1], [3, 4, 4, 4])
+
+
+def test_a_reset_requested_in_a_runs_last_pass_is_the_next_runs_first():
+    """gz-sim applies a reset at the next UpdateCurrentInfo: requested in the last pass of one run,
+    it is the first pass of the next (was lost with the runner state)."""
+    w = world4()
+    w, keep = w.create_entity()
+    w = w.create_component(keep, "pos", jnp.array([9.0, 9.0])).end_of_step()
+    world, info, _ = ecs.run(w, [Spawn(), Resetter([(2, "reset", None)])], 2, step_size=0.001)
+    _, info, (out,) = ecs.run(world, [Spawn(), Resetter()], 2, step_size=0.001, info=info, initial_world=w)
+    np.testing.assert_array_equal(out[:, 0], [0, 2])  # the reset pass, then one spawn on the initial world
+
+
 def test_stop_request_ends_the_run():
     """gz-sim events::Stop: SimulationRunner::OnStop sets running = false; no further iterations."""
     world, info, (out,) = ecs.run(world4(), [Clock([(2, "stop", None)])], 5, step_size=0.001)
@@ -349,7 +408,6 @@ def test_system_owner_entity_is_checked_and_given_to_configure():
     assert float(w.component(e, "mass")) == 3.0
     with pytest.raises(js.JaxsysError, match="owner entity 3 does not exist"):
         ecs.configure(w, [Owned(owner=3)])
-
 
 
 class _Counter(ecs.EcsSystem):

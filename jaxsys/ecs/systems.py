@@ -24,6 +24,7 @@ request makes the next pass a reset pass (the ``reset`` phase only, on the run's
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -179,15 +180,20 @@ def _if_owned(system: EcsSystem, world: World, fn: Callable[[World], World]) -> 
     return jax.lax.cond(alive, fn, lambda w: w, world)
 
 
+def _run_phase(system: EcsSystem, phase: str, info: UpdateInfo, world: World) -> World:
+    """``system``'s ``phase`` (pre_update, update: its changes kept to the entities it acts on; reset)."""
+    if phase == "reset":
+        return system.reset(info, world)
+    return _guarded(system, world, getattr(system, phase)(info, world))
+
+
 def _phases(world: World, info: UpdateInfo, systems: Sequence[EcsSystem]) -> tuple[World, tuple[Any, ...]]:
     """PreUpdates, Updates (priority order), PostUpdates (their outputs). A system whose owner entity
     no longer exists does nothing (its post_update outputs are zeros)."""
-    for s in _ordered(systems, "pre_update"):
-        with creating_as(f"{type(s).__name__}.pre_update"):
-            world = _if_owned(s, world, lambda w, s=s: _guarded(s, w, s.pre_update(info, w)))
-    for s in _ordered(systems, "update"):
-        with creating_as(f"{type(s).__name__}.update"):
-            world = _if_owned(s, world, lambda w, s=s: _guarded(s, w, s.update(info, w)))
+    for phase in ("pre_update", "update"):
+        for s in _ordered(systems, phase):
+            with creating_as(f"{type(s).__name__}.{phase}"):
+                world = _if_owned(s, world, functools.partial(_run_phase, s, phase, info))
     view = WorldView(world)
     outputs = []
     for s in systems:  # PostUpdate order is irrelevant (gz-sim runs them in parallel)
@@ -263,7 +269,7 @@ def _runner_pass(
         i = UpdateInfo.start(paused)
         w = w.reset_to(initial)
         for s in _ordered(systems, "reset"):
-            w = _if_owned(s, w, lambda w_, s=s: s.reset(i, w_))
+            w = _if_owned(s, w, functools.partial(_run_phase, s, "reset", i))
         return w, i, zeros()
 
     if can_reset:
@@ -284,9 +290,56 @@ def _runner_pass(
     pending = jnp.where(start_steps, pending + c.multi_step, pending)
     paused_next = paused_next & ~start_steps
     world = world.end_of_step()
-    stopped = c.stopped | c.stop
-    world = dataclasses.replace(world, control=dataclasses.replace(Control.none(), stopped=stopped))
-    return world, info, RunnerState(paused_next, pending, run_to, c.reset), outputs
+    rs_next = RunnerState(paused_next, pending, run_to, c.reset)
+    return (
+        dataclasses.replace(world, control=_kept(c.requests_cleared(), rs_next, c.stopped | c.stop)),
+        info,
+        rs_next,
+        outputs,
+    )
+
+
+def _kept(control: Control, rs: RunnerState, stopped: Any) -> Control:
+    """``control`` holding the runner's state ``rs`` and ``stopped`` (what the next run goes on from)."""
+    return dataclasses.replace(
+        control,
+        stopped=jnp.asarray(stopped, bool),
+        runner_paused=jnp.asarray(rs.paused, jnp.int32),
+        runner_pending=jnp.asarray(rs.pending, jnp.int32),
+        runner_run_to=jnp.asarray(rs.run_to, jnp.int32),
+    )
+
+
+def _entry_state(
+    world: World, paused: Any, run_to_sim_time: float | None, multi_step: int
+) -> tuple[World, RunnerState, jax.Array]:
+    """The runner's state at a run's start: the world's (its last run's: paused, multi-step left,
+    run-to time) unless the arguments set them, then the requests made on the world since (pause or
+    play, multi-step, reset, stop) applied as gz-sim applies a step's requests; the world with the
+    requests cleared, and the paused state of the first pass's info."""
+    c = world.control
+    was = c.runner_paused
+    if paused is None:
+        start_paused = was > 0  # (-1, no run yet: playing)
+    else:
+        start_paused = jnp.asarray(paused, bool)
+    pending = jnp.where(was >= 0, c.runner_pending, 0).astype(jnp.int32)
+    run_to = jnp.where(was >= 0, c.runner_run_to, jnp.array([-1, 0], jnp.int32))
+    if run_to_sim_time is not None:
+        ns = int(round(float(run_to_sim_time) * _NS))
+        run_to = jnp.array([ns // _NS, ns % _NS], jnp.int32)
+        start_paused = jnp.asarray(False)
+    multi = jnp.asarray(multi_step, jnp.int32)
+    start_paused = start_paused & ~(multi > 0)
+    pending = pending + multi
+    # requests made on the world between runs (gz-sim: a WorldControl message between steps)
+    start_paused = jnp.where(c.pause >= 0, c.pause > 0, start_paused)
+    steps = start_paused & (c.multi_step > 0)
+    pending = jnp.where(steps, pending + c.multi_step, pending)
+    start_paused = start_paused & ~steps
+    rs = RunnerState(start_paused, pending, run_to, jnp.asarray(c.reset, bool))
+    world = dataclasses.replace(world, control=_kept(c.requests_cleared(), rs, c.stopped | c.stop))
+    return world, rs, start_paused
 
 
 def run(
@@ -294,7 +347,7 @@ def run(
     systems: Sequence[EcsSystem],
     num_steps: int,
     step_size: float = 1e-3,
-    paused: Any = False,
+    paused: Any = None,
     info: UpdateInfo | None = None,
     run_to_sim_time: float | None = None,
     multi_step: int = 0,
@@ -305,7 +358,9 @@ def run(
     **Arguments:**
     - `paused`: start paused (a bool, possibly traced), or a bool array of length ``num_steps``
       that forces the paused state of each step (an external schedule; the runner's own pause state
-      is then not used).
+      is then not used). Default: go on as the world's last run left the runner (paused after a
+      run-to time or a pause request, a multi-step's remaining steps, a pending run-to time), as
+      gz-sim's runner keeps its state between steps; playing for a world that has not run.
     - `step_size`: s; kept as integer nanoseconds.
     - `info`: continue from this UpdateInfo (default: a fresh start).
     - `run_to_sim_time`: play until the simulation time reaches this (s), then pause (gz-sim
@@ -315,8 +370,10 @@ def run(
 
     Systems may request pause / play / multi-step / reset / stop from ``pre_update`` or ``update``
     (``world.request_pause()`` etc.); the runner applies them at the end of that step, in gz-sim's
-    order. A reset pass runs only the systems' ``reset`` phase (its outputs are zeros); after a stop
-    the remaining passes change nothing (their outputs are zeros) and ``world.control.stopped`` is set.
+    order. The same requests made on the world between runs are applied before this run's first
+    pass (a reset makes it a reset pass; a stop ends the run before it steps). A reset pass runs only
+    the systems' ``reset`` phase (its outputs are zeros); after a stop the remaining passes change
+    nothing (their outputs are zeros) and ``world.control.stopped`` is set.
 
     Returns (final world, final info, outputs): one entry per system with ``post_update``, each with a
     leading axis of length ``num_steps``.
@@ -327,30 +384,21 @@ def run(
     if not 0 < step_ns < 2**31:
         raise JaxsysError(f"run: step_size must be in (0, 2.1) s; got {step_size}.")
     schedule = None
-    if jnp.ndim(paused) == 0:
-        start_paused = jnp.asarray(paused, bool)
-    else:
+    if paused is not None and jnp.ndim(paused) != 0:
         schedule = jnp.asarray(paused, bool)
         if schedule.shape != (num_steps,):
             raise JaxsysError(
                 f"run: paused must be a bool or a bool array of length num_steps={num_steps}; got shape "
                 f"{schedule.shape}."
             )
-        start_paused = schedule[0] if num_steps else jnp.asarray(True)
+    initial = world if initial_world is None else initial_world
+    entry_reset = _concrete_true(world.control.reset)
+    entry_stop = _concrete_true(world.control.stop)
+    given = world
+    first = paused if schedule is None else (schedule[0] if num_steps else jnp.asarray(True))
+    world, rs, start_paused = _entry_state(world, first, run_to_sim_time, multi_step)
     if info is None:
         info = UpdateInfo.start(start_paused)
-    run_to = jnp.array([-1, 0], jnp.int32)
-    if run_to_sim_time is not None:
-        ns = int(round(float(run_to_sim_time) * _NS))
-        run_to = jnp.array([ns // _NS, ns % _NS], jnp.int32)
-        start_paused = jnp.asarray(False)
-    rs = RunnerState(
-        start_paused & ~(jnp.asarray(multi_step) > 0),
-        jnp.asarray(multi_step, jnp.int32),
-        run_to,
-        jnp.asarray(False),
-    )
-    initial = world if initial_world is None else initial_world
     # one abstract trace of the phases: the outputs' shapes, and whether any system can request a
     # reset or a stop at all (an untouched request is the very input array), so runs without those
     # requests carry no reset or stop logic (under vmap it would be computed every step)
@@ -363,10 +411,11 @@ def run(
         return out
 
     outputs_shape = jax.eval_shape(probe, world, info)
-    can_reset, can_stop = touched["reset"], touched["stop"] or bool(_concrete_true(world.control.stopped))
+    can_reset = touched["reset"] or entry_reset
+    can_stop = touched["stop"] or entry_stop or bool(_concrete_true(world.control.stopped))
     if num_steps == 0:
         empty = jax.tree_util.tree_map(lambda sd: jnp.zeros((0,) + sd.shape, sd.dtype), outputs_shape)
-        return world, info, empty
+        return given, info, empty
 
     def body(carry: Any, p: Any) -> tuple[Any, Any]:
         w, i, r = carry
@@ -383,8 +432,10 @@ def run(
 
     xs = schedule if schedule is not None else jnp.zeros((num_steps,), bool)
     final: Any = jax.lax.scan(body, (world, info, rs), xs)
-    (world, info_end, _), outputs = final
-    return world, info_end, outputs
+    (world, info_end, rs_end), outputs = final
+    # a reset requested in the last pass is the next run's first pass
+    control = dataclasses.replace(world.control, reset=jnp.asarray(rs_end.rewind, bool))
+    return dataclasses.replace(world, control=control), info_end, outputs
 
 
 def configure(world: World, systems: Sequence[EcsSystem]) -> World:

@@ -92,11 +92,16 @@ def _mark(changed: Array, where: Array, periodic: bool) -> Array:
 
 class Control(eqx.Module):
     """World-control requests systems make during a step, applied by the runner at the step's end
-    (gz-sim's WorldControl / ``events::Pause`` / ``events::Stop``), and whether the run stopped.
+    (gz-sim's WorldControl / ``events::Pause`` / ``events::Stop``), whether the run stopped, and the
+    runner's own state after its last pass, so that the next ``ecs.run`` of this world goes on from
+    it as gz-sim's SimulationRunner does (requests made on the world between runs are applied before
+    the next run's first pass).
 
     **Fields:** `pause` (int32: -1 no request, 0 play, 1 pause), `multi_step` (int32: steps to take
     while paused), `reset` (bool: rewind to the run's initial world), `stop` (bool: end the run),
-    `stopped` (bool: a stop was carried out; later steps of the run do nothing).
+    `stopped` (bool: a stop was carried out; later steps of the run do nothing), `runner_paused`
+    (int32: -1 no run yet, 0 playing, 1 paused), `runner_pending` (int32: steps left of a
+    multi-step), `runner_run_to` (int32 [sec, nsec] the runner pauses at; [-1, 0] none).
     """
 
     pause: Array
@@ -104,12 +109,23 @@ class Control(eqx.Module):
     reset: Array
     stop: Array
     stopped: Array
+    runner_paused: Array = eqx.field(default_factory=lambda: jnp.full((), -1, jnp.int32))
+    runner_pending: Array = eqx.field(default_factory=lambda: jnp.zeros((), jnp.int32))
+    runner_run_to: Array = eqx.field(default_factory=lambda: jnp.array([-1, 0], jnp.int32))
 
     @staticmethod
     def none() -> Control:
-        """No requests."""
+        """No requests (and no runner state yet)."""
         f = jnp.zeros((), bool)
         return Control(jnp.full((), -1, jnp.int32), jnp.zeros((), jnp.int32), f, f, f)
+
+    def requests_cleared(self) -> Control:
+        """This control with the requests of the step cleared (the stop carried out and the runner
+        state kept)."""
+        f = jnp.zeros((), bool)
+        return dataclasses.replace(
+            self, pause=jnp.full((), -1, jnp.int32), multi_step=jnp.zeros((), jnp.int32), reset=f, stop=f
+        )
 
 
 class World(eqx.Module):
