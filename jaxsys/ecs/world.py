@@ -33,8 +33,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
+import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import equinox as eqx
 import jax
@@ -45,6 +47,7 @@ from ..framework.errors import JaxsysError
 
 
 Array = jax.Array
+F = TypeVar("F", bound=Callable[..., Any])
 
 _SPAWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxsys_ecs_spawner", default=None)
 
@@ -71,6 +74,47 @@ def _concrete(x: Any) -> Any:
         return np.asarray(x)
     except Exception:  # noqa: BLE001
         return None
+
+
+def _traced(*trees: Any) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for t in trees for x in jax.tree_util.tree_leaves(t))
+
+
+def _fast_when_eager(
+    arrays: tuple[str, ...], entities: tuple[str, ...] = (), precheck: Callable[..., None] | None = None
+) -> Callable[[F], F]:
+    """An eager call of the decorated World method (nothing traced) runs as one compiled program,
+    cached per world structure and static arguments (each eager jnp operation costs ~10-30 us of
+    dispatch: an entity built one call at a time took ~6 ms; compiled, ~0.1 ms). The handles named by
+    ``entities`` are checked here first, in NumPy, with the eager errors the method raises (and
+    ``precheck(**arguments)`` run, for other eager errors); the
+    arguments named by ``arrays`` become arrays (a Python number would be a static argument and
+    compile once per value). A traced call runs the method as written."""
+
+    def deco(fn: F) -> F:
+        sig = inspect.signature(fn)
+        static = [n for n in list(sig.parameters)[1:] if n not in arrays]
+        # (jax.jit's dispatch is ~10x cheaper than a filtering jit's for a world of many leaves)
+        compiled = jax.jit(fn, static_argnames=static)
+
+        @functools.wraps(fn)
+        def wrapper(self: World, *args: Any, **kwargs: Any) -> Any:
+            if _traced(self, args, kwargs):
+                return fn(self, *args, **kwargs)
+            bound = sig.bind(self, *args, **kwargs)
+            for name in entities:
+                if name in bound.arguments:
+                    self._check_eager(bound.arguments[name], f"{fn.__name__}({name}, ...)")
+            if precheck is not None:
+                precheck(**bound.arguments)
+            for name in arrays:
+                if name in bound.arguments:
+                    bound.arguments[name] = jnp.asarray(bound.arguments[name])
+            return compiled(*bound.args, **bound.kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
 
 
 class Column(eqx.Module):
@@ -218,10 +262,35 @@ class World(eqx.Module):
                 f"create_entity stay valid until the entity's removal is carried out at the end of a step."
             )
 
+    def _check_eager(self, entity: Any, what: str, null_ok: bool = False) -> None:
+        """`_check` for a concrete handle, in NumPy (no device operation)."""
+        h = int(np.asarray(entity))
+        if null_ok and h == NULL_ENTITY:
+            return
+        cap = self.capacity
+        ok = h >= 0 and bool(np.asarray(self.alive)[h % cap]) and int(np.asarray(self.generation)[h % cap]) == h // cap
+        if not ok:
+            self._check(h, np.asarray(False), what)
+
     def _invalid(self, exists: Array) -> Array:
         return self.invalid_operations + (~exists).astype(jnp.int32)
 
     # ----- entities ---------------------------------------------------------------------------
+    def _parent_precheck(self, parent: Any = NULL_ENTITY, **_: Any) -> None:
+        """Eager: raise if a parent handle (one, or an array of them) names no entity (NumPy only)."""
+        h = np.asarray(parent).reshape(-1).astype(np.int64)
+        cap = self.capacity
+        slot = np.where(h >= 0, h % cap, 0)
+        ok = (h == NULL_ENTITY) | (
+            (h >= 0) & np.asarray(self.alive)[slot] & (np.asarray(self.generation)[slot] == h // cap)
+        )
+        if not ok.all():
+            raise JaxsysError(
+                f"World.create_entity: parent {int(h[~ok][0])} does not exist (a stale or invalid handle); pass a "
+                f"handle from create_entity, or NULL_ENTITY for none."
+            )
+
+    @_fast_when_eager(arrays=("parent",), precheck=lambda self, parent=NULL_ENTITY, **_: self._parent_precheck(parent))
     def create_entity(self, parent: Any = NULL_ENTITY) -> tuple[World, Array]:
         """A new entity in the first free slot, child of ``parent`` (a handle, or NULL_ENTITY): visible
         at once, *new* until the end of the step (gz-sim ``CreateEntity``). Returns (world, handle).
@@ -263,13 +332,84 @@ class World(eqx.Module):
         )
         return world, gen * self.capacity + idx
 
-    def create_entities(self, count: int, parent: Any = NULL_ENTITY) -> tuple[World, Array]:
-        """``count`` new entities (static count); returns their handles."""
-        world, ids = self, []
-        for _ in range(count):
-            world, i = world.create_entity(parent)
-            ids.append(i)
-        return world, jnp.stack(ids)
+    def create_entities(
+        self, count: int, parent: Any = NULL_ENTITY, components: Mapping[str, Any] | None = None
+    ) -> tuple[World, Array]:
+        """``count`` new entities (a static count) in the first free slots, in one operation (also
+        inside ``jit``): what ``count`` calls of `create_entity` give, slot for slot. ``parent``: one
+        handle for all, or one per entity (shape (count,)); ``components``: name -> values of shape
+        (count, *component shape), given to the new entities (one-time changes, as
+        `create_component`). Returns (world, handles (count,)). Errors as `create_entity`: too few free
+        slots, a parent that names no entity."""
+        if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 0:
+            raise JaxsysError(f"World.create_entities: count must be an int >= 0 (static); got {count!r}.")
+        values = {}
+        for name, v in (components or {}).items():
+            col = self._column(name)
+            v = jnp.asarray(v)
+            want = (count,) + tuple(col.data.shape[1:])
+            if tuple(v.shape) != want:
+                raise JaxsysError(
+                    f"World.create_entities: component {name!r} values have shape {tuple(v.shape)}; expected {want} "
+                    f"(count, then the component's shape)."
+                )
+            values[name] = v.astype(col.data.dtype)
+        parent = jnp.asarray(parent, jnp.int32)
+        if parent.shape not in ((), (count,)):
+            raise JaxsysError(
+                f"World.create_entities: parent must be one handle or one per entity (shape ({count},)); got shape "
+                f"{parent.shape}."
+            )
+        if not _traced(self, parent, values):
+            self._parent_precheck(parent)
+            return _create_entities_compiled(self, count, parent, values)
+        return self._create_entities(count, parent, values)
+
+    def _create_entities(self, count: int, parent: Array, values: dict[str, Array]) -> tuple[World, Array]:
+        cap = self.capacity
+        free = ~self.alive
+        spawner = _SPAWNER.get()
+        by = f"; the entities were being created by {spawner}" if spawner else ""
+        enough = jnp.sum(free) >= count
+        chosen = free & (jnp.cumsum(free) <= count)
+        slots = jnp.nonzero(chosen, size=count, fill_value=0)[0].astype(jnp.int32)
+        slots = eqx.error_if(
+            slots,
+            ~enough,
+            f"World is full: creating {count} entities needs {count} free slots of the {cap} (raise the capacity){by}.",
+        )
+        parents = jnp.broadcast_to(parent, (count,))
+        pslot = jnp.where(parents >= 0, parents % cap, 0)
+        p_ok = (parents == NULL_ENTITY) | (
+            (parents >= 0) & self.alive[pslot] & (self.generation[pslot] == parents // cap)
+        )
+        slots = eqx.error_if(
+            slots, ~jnp.all(p_ok), "World.create_entities: a parent entity does not exist (stale or invalid)."
+        )
+        gen = self.generation[slots]
+        limit = (2**31 - 1) // cap
+        slots = eqx.error_if(
+            slots,
+            jnp.any(gen >= limit),
+            f"World: a slot was reused {limit} times; entity handles would overflow int32.",
+        )
+        comps = {}
+        for k, c in self.components.items():
+            if k in values:
+                comps[k] = Column(
+                    c.data.at[slots].set(values[k]), c.present.at[slots].set(True), c.changed.at[slots].set(2)
+                )
+            else:
+                comps[k] = Column(c.data, c.present.at[slots].set(False), c.changed.at[slots].set(0))
+        world = dataclasses.replace(
+            self,
+            alive=self.alive.at[slots].set(True),
+            new=self.new.at[slots].set(True),
+            removing=self.removing.at[slots].set(False),
+            parent=self.parent.at[slots].set(parents),
+            components=comps,
+        )
+        return world, gen * cap + slots
 
     def _parent_slots(self) -> tuple[Array, Array]:
         """Per slot: the parent's slot, and whether the parent exists (a removed parent's handle is
@@ -292,6 +432,7 @@ class World(eqx.Module):
         # (one pass per generation of the family tree, until nothing changes)
         return jax.lax.while_loop(lambda c: c[1], body, (removing, jnp.array(True)))[0]
 
+    @_fast_when_eager(arrays=("entity",), entities=("entity",))
     def request_remove_entity(self, entity: Any, recursive: bool = True) -> World:
         """Mark ``entity`` (and, if ``recursive``, its descendants) for removal at the end of the step
         (gz-sim ``RequestRemoveEntity``). A handle that names no entity: an error eagerly, a counted
@@ -357,6 +498,7 @@ class World(eqx.Module):
             )
         return v.astype(col.data.dtype)
 
+    @_fast_when_eager(arrays=("entity", "value"), entities=("entity",))
     def create_component(self, entity: Any, name: str, value: Any, periodic: bool = False) -> World:
         """Give ``entity`` component ``name`` with ``value`` (gz-sim ``CreateComponent``; also sets an
         existing one, marking it changed: one-time, or ``periodic``). The value's shape must be the
@@ -373,6 +515,7 @@ class World(eqx.Module):
 
     set_component = create_component
 
+    @_fast_when_eager(arrays=("entity", "value"), entities=("entity",))
     def set_component_data(self, entity: Any, name: str, value: Any) -> tuple[World, Array]:
         """``(world, changed)``: ``entity``'s component ``name`` set to ``value`` (created if missing),
         and whether that changed anything: the component was created or its value differs (gz-sim
@@ -419,6 +562,7 @@ class World(eqx.Module):
         c = self._column(name).changed[slot]
         return jnp.where(ok & (c > 0), c, 0).astype(jnp.int8)
 
+    @_fast_when_eager(arrays=("entity",), entities=("entity",))
     def remove_component(self, entity: Any, name: str) -> World:
         """Remove component ``name`` from ``entity`` (gz-sim ``RemoveComponent``): its change state is
         ``NoChange`` from then on (gz-sim), and `each_component_removed` reports it until the end of
@@ -626,6 +770,12 @@ class World(eqx.Module):
             components=comps,
             generation=self.generation + removed.astype(jnp.int32),
         )
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _create_entities_compiled(world: World, count: int, parent: Array, values: dict[str, Array]) -> tuple[World, Array]:
+    """`World.create_entities` as one compiled program (an eager call)."""
+    return world._create_entities(count, parent, values)
 
 
 class WorldView(eqx.Module):
