@@ -29,6 +29,7 @@ jax.config.update("jax_enable_x64", True)
 from _results import write_block  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 import jaxsys as js  # noqa: E402
+from jaxsys import ecs  # noqa: E402
 from jaxsys.examples import Pendulum  # noqa: E402
 
 
@@ -1512,6 +1513,61 @@ def _stiff_lines(title, rows, base_name):
     ]
 
 
+class _EcsMove(ecs.EcsSystem):
+    """pos += dt vel for every entity with both (world.apply), as in the docs."""
+
+    requires = ("pos", "vel")
+
+    def update(self, info, world):
+        return world.apply(["pos", "vel"], lambda p, v: p + 0.001 * v, outputs=["pos"])
+
+
+def case_ecs_build(n=2000, n_batch=10_000):
+    """Issue #38 item 8: building a world. One entity at a time (create_entity + two create_component,
+    eager, as the docs show; "compile" is the first entity) against create_entities with the
+    components in one call (its first call compiles)."""
+    models = {"pos": jnp.zeros(2, jnp.float32), "vel": jnp.zeros(2, jnp.float32)}
+
+    def one_at_a_time(count):
+        w = ecs.World.empty(count, models)
+        for i in range(count):
+            w, e = w.create_entity()
+            w = w.create_component(e, "pos", jnp.array([float(i), 0.0], jnp.float32))
+            w = w.create_component(e, "vel", jnp.ones(2, jnp.float32))
+        return w.alive
+
+    t = time.perf_counter()
+    jax.block_until_ready(one_at_a_time(1))
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    jax.block_until_ready(one_at_a_time(n))
+    single = time.perf_counter() - t
+    comps = {"pos": jnp.zeros((n_batch, 2), jnp.float32), "vel": jnp.ones((n_batch, 2), jnp.float32)}
+    empty = ecs.World.empty(n_batch, models)
+    batch = timeit(lambda: empty.create_entities(n_batch, components=comps)[1], repeats=5)
+    return f"E1 world building ({n} entities one call at a time; {n_batch} in one create_entities)", [
+        (f"one at a time: {n} entities ({n / single:,.0f} entities/s)", first, single),
+        (f"create_entities({n_batch}) with components ({n_batch / batch[1]:,.0f} entities/s)", *batch),
+    ]
+
+
+def case_ecs_step(n, steps=1000):
+    """Issue #38 item 9: stepping. ``n`` entities with pos/vel, one Move system (world.apply), ``steps``
+    passes of ecs.run (float32), against a hand-written lax.scan of the same update over the arrays."""
+    world = ecs.World.empty(n, {"pos": jnp.zeros(2, jnp.float32), "vel": jnp.zeros(2, jnp.float32)})
+    rng = np.random.default_rng(0)
+    pos = jnp.asarray(rng.random((n, 2)), jnp.float32)
+    vel = jnp.asarray(rng.random((n, 2)), jnp.float32)
+    world, _ = world.create_entities(n, components={"pos": pos, "vel": vel})
+    world = world.end_of_step()
+    run = jax.jit(lambda w: ecs.run(w, [_EcsMove()], steps, step_size=0.001)[0].column("pos"))
+    hand = jax.jit(lambda p, v: jax.lax.scan(lambda q, _: (q + 0.001 * v, None), p, None, length=steps)[0])
+    rows = [("hand-written lax.scan over the two arrays", *timeit(hand, pos, vel, repeats=7))]
+    r = timeit(run, world, repeats=7)
+    rows.append((f"ecs.run, one Move system ({n * steps / r[1] / 1e6:,.0f} M entity-steps/s)", *r))
+    return f"E2 ECS stepping, {n:,} entities x {steps} steps (float32)", rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--full", action="store_true")
@@ -1550,10 +1606,13 @@ def main() -> None:
         ("S10", case_mujoco_humanoid),
         ("S10-batch-1024", lambda: case_mujoco_batch(1024)),
         ("S10-grad", case_mujoco_grad),
+        ("E1", case_ecs_build),
+        ("E2-10k", lambda: case_ecs_step(10_000)),
     ]
     full_only = [
         ("S6-8192", lambda: case_batch(8192)),
         ("S8h-1000", lambda: case_hetero(1000, grads=False, unrolled=False)),
+        ("E2-1M", lambda: case_ecs_step(1_000_000, steps=100)),
     ]
     only = args.only.split(",") if args.only else []
     cases += [c for c in full_only if args.full or c[0] in only]

@@ -80,6 +80,46 @@ def test_set_component_data_says_whether_it_changed(x64):
         np.testing.assert_array_equal(worlds.components["pos"].changed[:, 0], [0, 2])
 
 
+@pytest.mark.parametrize("x64", [True, False])
+def test_create_entities_is_create_entity_n_times(x64):
+    """Issue #38 item 8: batch creation, one operation (also inside jit and under vmap), gives what
+    n calls of create_entity (gz-sim CreateEntity) and create_component give, slot for slot: the first
+    free slots (a removed entity's slot reused with its next generation), new, one-time changes."""
+    with jax.enable_x64(x64):
+        w = ecs.World.empty(8, {"pos": jnp.zeros(2), "mass": jnp.zeros(())})
+        w, a = w.create_entity()
+        w, b = w.create_entity()
+        w, c = w.create_entity()
+        w = w.request_remove_entity(b).end_of_step()  # a hole at slot 1
+        pos = jnp.arange(8.0).reshape(4, 2)
+        one = w
+        handles = []
+        for k in range(4):
+            one, h = one.create_entity(parent=a)
+            one = one.create_component(h, "pos", pos[k])
+            handles.append(int(h))
+        many, hs = w.create_entities(4, parent=a, components={"pos": pos})
+        assert [int(h) for h in hs] == handles
+        for x, y in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(many)):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        assert int(hs[0]) == 8 + 1  # slot 1, generation 1
+        jitted, hs_j = jax.jit(lambda ww, p: ww.create_entities(4, parent=a, components={"pos": p}))(w, pos)
+        np.testing.assert_array_equal(hs_j, hs)
+        np.testing.assert_array_equal(jitted.column("pos"), many.column("pos"))
+        ws = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), w)
+        _, hs_v = jax.vmap(lambda ww: ww.create_entities(4))(ws)
+        np.testing.assert_array_equal(hs_v, jnp.stack([hs, hs]))
+        # per-entity parents, and the errors
+        _, hs2 = w.create_entities(2, parent=jnp.array([a, c]))
+        assert len(hs2) == 2
+        with pytest.raises(js.JaxsysError, match="parent 1 does not exist"):
+            w.create_entities(2, parent=b)
+        with pytest.raises(js.JaxsysError, match=r"values have shape \(3, 2\); expected \(4, 2\)"):
+            w.create_entities(4, components={"pos": jnp.zeros((3, 2))})
+        with pytest.raises(Exception, match="World is full: creating 7 entities needs 7 free slots of the 8"):
+            jax.block_until_ready(w.create_entities(7)[1])
+
+
 def test_stale_handles_never_reach_the_new_entity_in_a_reused_slot():
     """gz-sim never reuses an entity id (EntityComponentManager::CreateEntity takes the next id): a
     removed entity's id names nothing. jaxsys reuses slots, so handles carry the slot's generation."""
@@ -267,6 +307,13 @@ def test_requests_made_on_the_world_between_runs():
     world, info, (out,) = ecs.run(world.request_reset(), systems, 3, step_size=0.001, info=info, initial_world=w)
     np.testing.assert_array_equal(out[:, 0], [0, 2, 3])
     np.testing.assert_array_equal(out[:, 1], [0, 1, 2])
+    # the same under jit (the requests are then unknown when the run is traced)
+    jitted = jax.jit(lambda ww, ii: ecs.run(ww, systems, 3, step_size=0.001, info=ii, initial_world=w))
+    _, _, (out_j,) = jitted(world.request_reset(), info)
+    np.testing.assert_array_equal(out_j[:, 0], [0, 2, 3])
+    _, info_j, (out_j,) = jitted(world.request_stop(), info)
+    np.testing.assert_array_equal(out_j, np.zeros_like(out_j))
+    assert int(info_j.iterations) == int(info.iterations)
     # stop: no pass runs
     stopped, info2, (out,) = ecs.run(world.request_stop(), systems, 3, step_size=0.001, info=info)
     assert bool(stopped.control.stopped) and int(info2.iterations) == int(info.iterations)

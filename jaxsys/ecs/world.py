@@ -270,7 +270,7 @@ class World(eqx.Module):
         cap = self.capacity
         ok = h >= 0 and bool(np.asarray(self.alive)[h % cap]) and int(np.asarray(self.generation)[h % cap]) == h // cap
         if not ok:
-            self._check(h, np.asarray(False), what)
+            self._check(h, jnp.asarray(False), what)
 
     def _invalid(self, exists: Array) -> Array:
         return self.invalid_operations + (~exists).astype(jnp.int32)
@@ -620,9 +620,9 @@ class World(eqx.Module):
             )
         mask = self.each([name]) if where is None else jnp.asarray(where, bool) & self.alive
         m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
-        new = Column(
-            jnp.where(m, data.astype(col.data.dtype), col.data), col.present | mask, _mark(col.changed, mask, periodic)
-        )
+        # (rows of entities that have the component: their presence is unchanged)
+        present = col.present if where is None else col.present | mask
+        new = Column(jnp.where(m, data.astype(col.data.dtype), col.data), present, _mark(col.changed, mask, periodic))
         return self._with_column(name, new)
 
     def _with_column(self, name: str, col: Column) -> World:
