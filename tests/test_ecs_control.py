@@ -120,6 +120,113 @@ def test_create_entities_is_create_entity_n_times(x64):
             jax.block_until_ready(w.create_entities(7)[1])
 
 
+def test_reset_to_restates_gz_reset_to_with_deleted_and_added_entities():
+    """Issue #38 item 5, gz-sim src/EntityComponentManager_TEST.cc ResetToWithDeletedEntity and
+    ResetToWithAddedEntity: a snapshot taken while its two entities are new; after a step (entity1
+    removed, or entity3 added), ResetTo(snapshot) has new entities again, EachNew<Name> = 2 (the
+    snapshot's new flags; jaxsys gave 1, only the re-created entity) and EachRemoved<Name> = entity3."""
+    w = ecs.World.empty(4, {"name": jnp.zeros((), jnp.int32), "pose": jnp.zeros(6)})
+    w, e1 = w.create_entity()
+    w = w.create_component(e1, "pose", jnp.arange(6.0)).create_component(e1, "name", 1)
+    w, e2 = w.create_entity()
+    w = w.create_component(e2, "name", 2)
+    assert int(jnp.sum(w.each_new(["name"]))) == 2
+    snapshot = w
+    deleted = w.request_remove_entity(e1).end_of_step()
+    assert not bool(jnp.any(deleted.new))
+    back = deleted.reset_to(snapshot)
+    assert bool(jnp.any(back.new)) and int(jnp.sum(back.each_new(["name"]))) == 2
+    np.testing.assert_array_equal(back.component(e1, "pose"), jnp.arange(6.0))
+    added, e3 = w.create_entity()
+    added = added.create_component(e3, "name", 3).end_of_step()
+    back = added.reset_to(snapshot)
+    assert bool(jnp.any(back.new))
+    removed = back.each_removed(["name"])
+    assert int(jnp.sum(removed)) == 1 and bool(removed[int(e3) % 4])
+
+
+def test_pinned_entities_restate_gz_pinned_entity():
+    """Issue #38 item 6, gz-sim src/EntityComponentManager_TEST.cc PinnedEntity: e2 child of e1, e3
+    alone; PinEntity(e1) pins e2 too; removing e1 or e2 marks nothing (3 entities stay); removing all
+    leaves e1 and e2; UnpinEntity(e2) lets it go (1 left); UnpinAllEntities, remove all: 0. Inside jit
+    too."""
+
+    def scenario(w):
+        w, e1 = w.create_entity()
+        w, e2 = w.create_entity(parent=e1)
+        w, e3 = w.create_entity()
+        counts = [jnp.sum(w.alive)]
+        w = w.pin_entity(e1)
+        w = w.request_remove_entity(e1)
+        marked = [jnp.any(w.removing)]
+        w = w.end_of_step()
+        w = w.request_remove_entity(e2, recursive=False)
+        marked.append(jnp.any(w.removing))
+        w = w.end_of_step()
+        counts.append(jnp.sum(w.alive))
+        w = w.request_remove_entities()
+        marked.append(jnp.any(w.removing))
+        w = w.end_of_step()
+        counts.append(jnp.sum(w.alive))
+        w = w.unpin_entity(e2).request_remove_entity(e2)
+        marked.append(jnp.any(w.removing))
+        w = w.end_of_step()
+        counts.append(jnp.sum(w.alive))
+        w = w.unpin_all_entities().request_remove_entities().end_of_step()
+        counts.append(jnp.sum(w.alive))
+        return jnp.stack(counts), jnp.stack(marked)
+
+    for run in (scenario, jax.jit(scenario)):
+        counts, marked = run(world4())
+        np.testing.assert_array_equal(counts, [3, 3, 2, 1, 0])
+        np.testing.assert_array_equal(marked, [False, False, True, True])
+
+
+@pytest.mark.parametrize("x64", [True, False])
+def test_clone_restates_gz_clone(x64):
+    """Issue #38 item 6, gz-sim src/EntityComponentManager_TEST.cc Clone: cloning an entity copies it
+    and its descendants with their components (new entities, new handles), the copies of children
+    under the copy of their parent, the copy under the given parent; cloning kNullEntity returns
+    kNullEntity and creates nothing. Under jit and vmap too."""
+    with jax.enable_x64(x64):
+        w = ecs.World.empty(10, {"pos": jnp.zeros(2), "mass": jnp.zeros(())})
+        w, model = w.create_entity()
+        w = w.create_component(model, "pos", jnp.array([1.0, 2.0]))
+        w, link = w.create_entity(parent=model)
+        w = w.create_component(link, "mass", jnp.asarray(3.0))
+        w, visual = w.create_entity(parent=link)
+        w = w.create_component(visual, "pos", jnp.array([5.0, 6.0]))
+        w, world_root = w.create_entity()
+        w = w.end_of_step()
+
+        def check(w2, copy):
+            assert int(jnp.sum(w2.alive)) == 7 and int(jnp.sum(w2.new)) == 3
+            assert int(copy) not in (int(model), int(link), int(visual), int(world_root))
+            assert int(w2.parent_of(copy)) == int(world_root)
+            np.testing.assert_array_equal(w2.component(copy, "pos"), [1.0, 2.0])
+            kids = np.flatnonzero(np.asarray(w2.parent) == int(copy))
+            assert len(kids) == 1
+            copy_link = int(w2.handles()[kids[0]])
+            assert float(w2.component(copy_link, "mass")) == 3.0 and not bool(w2.has_component(copy_link, "pos"))
+            grand = np.flatnonzero(np.asarray(w2.parent) == copy_link)
+            np.testing.assert_array_equal(w2.component(int(w2.handles()[grand[0]]), "pos"), [5.0, 6.0])
+            assert int(w2.component_state(copy, "pos")) == 2  # created: a one-time change
+
+        check(*w.clone(model, parent=world_root))
+        check(*jax.jit(lambda ww: ww.clone(model, parent=world_root))(w))
+        ws = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), w)
+        _, copies = jax.vmap(lambda ww: ww.clone(model, parent=world_root))(ws)
+        assert int(copies[0]) == int(copies[1])
+        same, none = w.clone(ecs.NULL_ENTITY)
+        assert int(none) == ecs.NULL_ENTITY and int(jnp.sum(same.alive)) == 4
+        with pytest.raises(Exception, match="World is full: cloning"):
+            small = ecs.World.empty(4, {"pos": jnp.zeros(2), "mass": jnp.zeros(())})
+            small, a = small.create_entity()
+            small, _ = small.create_entity(parent=a)
+            small, _ = small.create_entity()
+            jax.block_until_ready(small.clone(a)[1])
+
+
 def test_stale_handles_never_reach_the_new_entity_in_a_reused_slot():
     """gz-sim never reuses an entity id (EntityComponentManager::CreateEntity takes the next id): a
     removed entity's id names nothing. jaxsys reuses slots, so handles carry the slot's generation."""
@@ -407,11 +514,37 @@ def test_fixture_hooks_run_in_their_phases():
     fx = ecs.TestFixture(w)
     fx.on_update(lambda info, world: world.apply(["pos"], lambda p: p + info.dt))
     fx.on_post_update(lambda info, view: view.component(e, "pos")[0])
-    fx.run(5, step_size=0.01)
+    fx.finalize().run(5, step_size=0.01)
     np.testing.assert_allclose(fx.outputs[-1], 0.01 * np.arange(1, 6), atol=1e-9)
     fx.run(2, step_size=0.01)  # continues
     assert int(fx.info.iterations) == 7
     np.testing.assert_allclose(fx.world.component(e, "pos"), [0.07, 0.07], atol=1e-9)
+
+
+def test_fixture_finalize_restates_gz_test_fixture():
+    """Issue #38 item 6, gz-sim test/integration... src/TestFixture_TEST.cc: Callbacks (configure once
+    at Finalize, each hook every iteration with iterations 1..N), NoFinalize (no hook called),
+    MultiFinalize (three Finalize calls: configure once), ChangeCallback (a new PreUpdate hook replaces
+    the old from the next run)."""
+    w = world4()
+    w, e = w.create_entity()
+    w = w.create_component(e, "mass", jnp.asarray(0.0)).end_of_step()
+
+    def counting(fx):
+        fx.on_configure(lambda world: world.create_component(e, "pos", jnp.array([0.0, 0.0])))
+        fx.on_pre_update(lambda info, world: world.create_component(e, "mass", world.component(e, "mass") + 1.0))
+        fx.on_post_update(lambda info, view: info.iterations)
+        return fx
+
+    no = counting(ecs.TestFixture(w)).run(10)
+    assert float(no.world.component(e, "mass")) == 0.0 and not bool(no.world.has_component(e, "pos"))
+    multi = counting(ecs.TestFixture(w)).finalize().finalize().finalize().run(10)
+    assert float(multi.world.component(e, "mass")) == 10.0 and bool(multi.world.has_component(e, "pos"))
+    np.testing.assert_array_equal(multi.outputs[-1], np.arange(1, 11))
+    # ChangeCallback: the new hook from the next run on, the old one no more
+    multi.on_pre_update(lambda info, world: world.create_component(e, "mass", world.component(e, "mass") + 100.0))
+    multi.finalize().run(10)
+    assert float(multi.world.component(e, "mass")) == 10.0 + 1000.0
 
 
 def test_thousand_batched_worlds_and_a_gradient_through_diagram_physics():

@@ -551,10 +551,16 @@ def _hook_system(hooks: dict[str, Any], priority: int) -> EcsSystem:
 
 class TestFixture:
     """gz-sim's ``TestFixture`` for users' tests: a world, its systems, and hook functions per phase
-    (``on_pre_update(f)``, ``on_update(f)``, ``on_post_update(f)``, ``on_reset(f)``; pure functions with
-    the phase's signature), run for N steps; then inspect ``fixture.world``, ``fixture.info`` and
-    ``fixture.outputs`` (the hook's post_update outputs last). The hooks run as one system of
-    ``priority`` (default: ``DEFAULT_PRIORITY``). Each ``run`` continues from the last one."""
+    (``on_configure(f)``, ``on_pre_update(f)``, ``on_update(f)``, ``on_post_update(f)``,
+    ``on_reset(f)``; pure functions with the phase's signature), then ``finalize()``, then ``run(N)``;
+    inspect ``fixture.world``, ``fixture.info`` and ``fixture.outputs`` (the hook's post_update
+    outputs last). The hooks run as one system of ``priority`` (default: ``DEFAULT_PRIORITY``).
+
+    As gz-sim's: the world's systems are configured when the fixture is made; the hooks take part
+    only once ``finalize()`` was called (a ``run`` before it steps the world without them:
+    TestFixture_TEST NoFinalize), ``on_configure`` runs once, at the first ``finalize()`` (calling it
+    again changes nothing: MultiFinalize), and a hook set after that replaces the old one from the
+    next ``run`` (ChangeCallback). Each ``run`` continues from the last one."""
 
     __test__ = False  # (not a pytest test class)
 
@@ -563,6 +569,7 @@ class TestFixture:
         self.systems = list(systems)
         self.priority = priority
         self.hooks: dict[str, Any] = {}
+        self.finalized = False
         self.info: UpdateInfo | None = None
         self.outputs: tuple[Any, ...] = ()
 
@@ -571,6 +578,10 @@ class TestFixture:
             raise JaxsysError(f"TestFixture.on_{phase}: expected a function; got {fn!r}.")
         self.hooks[phase] = fn
         return self
+
+    def on_configure(self, fn: Any) -> TestFixture:
+        """``fn(world) -> world``, called once by the first `finalize` (gz: ``OnConfigure``)."""
+        return self._on("configure", fn)
 
     def on_pre_update(self, fn: Any) -> TestFixture:
         """``fn(info, world) -> world`` in PreUpdate (gz: ``OnPreUpdate``)."""
@@ -589,10 +600,26 @@ class TestFixture:
         """``fn(info, world) -> world`` on a reset."""
         return self._on("reset", fn)
 
+    def finalize(self) -> TestFixture:
+        """Add the hooks to the run and call the ``on_configure`` hook (gz: ``Finalize``); only the
+        first call configures."""
+        if not self.finalized:
+            self.finalized = True
+            if "configure" in self.hooks:
+                world = self.hooks["configure"](self.world)
+                if not isinstance(world, World):
+                    raise JaxsysError(
+                        f"TestFixture.on_configure: the hook must return the World; got {type(world).__name__}."
+                    )
+                self.world = world
+        return self
+
     def run(self, num_steps: int, **kwargs: Any) -> TestFixture:
-        """Run ``num_steps`` steps (keyword arguments as `run`); returns the fixture."""
+        """Run ``num_steps`` steps (keyword arguments as `run`); returns the fixture. Without
+        `finalize`, the hooks do not take part (gz-sim)."""
         systems = list(self.systems)
-        if self.hooks:
-            systems.append(_hook_system(self.hooks, self.priority))
+        phases = {k: v for k, v in self.hooks.items() if k != "configure"}
+        if self.finalized and phases:
+            systems.append(_hook_system(phases, self.priority))
         self.world, self.info, self.outputs = run(self.world, systems, num_steps, info=self.info, **kwargs)
         return self

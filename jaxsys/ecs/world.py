@@ -179,7 +179,8 @@ class World(eqx.Module):
     ``NULL_ENTITY`` none), `generation` (int32, capacity: how many entities each slot has held and
     lost), `components` (name -> `Column`; the names are static structure),
     `invalid_operations` (int32: writes or removals with a handle that names no entity, made inside
-    ``jit``, which did nothing), `control` (`Control`: world-control requests of this step).
+    ``jit``, which did nothing), `control` (`Control`: world-control requests of this step),
+    `pinned` (bool, capacity: entities that removal requests leave alone, gz-sim ``PinEntity``).
     """
 
     alive: Array
@@ -190,6 +191,7 @@ class World(eqx.Module):
     generation: Array
     invalid_operations: Array
     control: Control
+    pinned: Array
 
     @staticmethod
     def empty(capacity: int, components: Mapping[str, Any]) -> World:
@@ -214,6 +216,7 @@ class World(eqx.Module):
             jnp.zeros((capacity,), jnp.int32),
             jnp.zeros((), jnp.int32),
             Control.none(),
+            z,
         )
 
     @property
@@ -411,6 +414,60 @@ class World(eqx.Module):
         )
         return world, gen * cap + slots
 
+    def clone(self, entity: Any, parent: Any = NULL_ENTITY) -> tuple[World, Array]:
+        """A copy of ``entity`` and all its descendants, with their components, under ``parent``
+        (gz-sim ``Clone``): new entities in the first free slots (new, their components one-time
+        changes), the copies of descendants under the copies of their parents. Returns (world, the
+        copy's handle); NULL_ENTITY and the world unchanged when ``entity`` names no entity (gz-sim
+        returns kNullEntity). An error (``error_if``) when too few slots are free. May be traced."""
+        cap = self.capacity
+        slot, ok = self.slot_of(entity)
+        parent = jnp.asarray(parent, jnp.int32)
+        p_ok = (parent == NULL_ENTITY) | self.exists(parent)
+        known = _concrete(p_ok)
+        if known is not None and not bool(known):
+            raise JaxsysError(f"World.clone: parent {int(parent)} does not exist (a stale or invalid handle).")
+        ok = ok & p_ok
+        sub = self._with_descendants(jnp.zeros_like(self.alive).at[slot].set(ok)) & self.alive
+        free = ~self.alive
+        n_sub = jnp.sum(sub)
+        spawner = _SPAWNER.get()
+        by = f"; the clone was made by {spawner}" if spawner else ""
+        free_slots = jnp.nonzero(free, size=cap, fill_value=cap)[0].astype(jnp.int32)
+        free_slots = eqx.error_if(
+            free_slots, n_sub > jnp.sum(free), f"World is full: cloning needs a free slot per entity copied{by}."
+        )
+        rank = jnp.cumsum(sub) - 1  # the k-th entity of the subtree (slot order) goes to the k-th free slot
+        target = jnp.where(sub, free_slots[jnp.clip(rank, 0, cap - 1)], cap)  # (cap: not copied, dropped)
+        handles = self.handles()
+        # the copies' parents: the copy of their parent, or ``parent`` for the copy of ``entity``
+        pslot = jnp.where(self.parent >= 0, self.parent % cap, 0)
+        copied_parent_slot = target[pslot]
+        copied_parent = jnp.where(
+            copied_parent_slot < cap, handles[jnp.clip(copied_parent_slot, 0, cap - 1)], NULL_ENTITY
+        )
+        new_parent = jnp.where(jnp.arange(cap) == slot, parent, copied_parent)
+        comps = {}
+        for k, c in self.components.items():
+            present = c.present & sub
+            comps[k] = Column(
+                c.data.at[target].set(c.data, mode="drop"),
+                c.present.at[target].set(present, mode="drop"),
+                c.changed.at[target].set(jnp.where(present, jnp.int8(2), jnp.int8(0)), mode="drop"),
+            )
+        world = dataclasses.replace(
+            self,
+            alive=self.alive.at[target].set(True, mode="drop"),
+            new=self.new.at[target].set(True, mode="drop"),
+            removing=self.removing.at[target].set(False, mode="drop"),
+            parent=self.parent.at[target].set(new_parent, mode="drop"),
+            pinned=self.pinned.at[target].set(False, mode="drop"),
+            components=comps,
+        )
+        top = target[slot]
+        copy = jnp.where(ok, handles[jnp.clip(top, 0, cap - 1)], NULL_ENTITY)
+        return world, copy
+
     def _parent_slots(self) -> tuple[Array, Array]:
         """Per slot: the parent's slot, and whether the parent exists (a removed parent's handle is
         stale and names nothing, whatever reuses its slot)."""
@@ -442,14 +499,43 @@ class World(eqx.Module):
         removing = self.removing.at[slot].set(self.removing[slot] | ok)
         if recursive:
             removing = self._with_descendants(removing)
-        return dataclasses.replace(self, removing=removing, invalid_operations=self._invalid(ok))
+        # (pinned entities are never marked: gz-sim's RequestRemoveEntity skips them)
+        return dataclasses.replace(self, removing=removing & ~self.pinned, invalid_operations=self._invalid(ok))
 
     def request_remove_where(self, mask: Array, recursive: bool = True) -> World:
         """Mark every entity where ``mask`` (per slot) is true (vectorised ``RequestRemoveEntity``)."""
         removing = self.removing | (mask & self.alive)
         if recursive:
             removing = self._with_descendants(removing)
-        return dataclasses.replace(self, removing=removing)
+        return dataclasses.replace(self, removing=removing & ~self.pinned)
+
+    def request_remove_entities(self) -> World:
+        """Mark every entity that is not pinned for removal (gz-sim ``RequestRemoveEntities``)."""
+        return self.request_remove_where(self.alive, recursive=False)
+
+    def pin_entity(self, entity: Any, recursive: bool = True) -> World:
+        """Make ``entity`` (and, if ``recursive``, its descendants now) unremovable: removal requests
+        leave it alone until it is unpinned (gz-sim ``PinEntity``)."""
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, "pin_entity")
+        mark = jnp.zeros_like(self.alive).at[slot].set(ok)
+        if recursive:
+            mark = self._with_descendants(mark)
+        return dataclasses.replace(self, pinned=self.pinned | mark, invalid_operations=self._invalid(ok))
+
+    def unpin_entity(self, entity: Any, recursive: bool = True) -> World:
+        """Make ``entity`` (and, if ``recursive``, its descendants) removable again (gz-sim
+        ``UnpinEntity``)."""
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, "unpin_entity")
+        mark = jnp.zeros_like(self.alive).at[slot].set(ok)
+        if recursive:
+            mark = self._with_descendants(mark)
+        return dataclasses.replace(self, pinned=self.pinned & ~mark, invalid_operations=self._invalid(ok))
+
+    def unpin_all_entities(self) -> World:
+        """Every entity removable again (gz-sim ``UnpinAllEntities``)."""
+        return dataclasses.replace(self, pinned=jnp.zeros_like(self.pinned))
 
     def parent_of(self, entity: Any) -> Array:
         """The parent's handle (NULL_ENTITY for none, or when the parent was removed)."""
@@ -730,7 +816,8 @@ class World(eqx.Module):
     def reset_to(self, initial: World) -> World:
         """``initial``'s entities and components back (their handles too, as gz-sim's
         ``ResetTo``), entities created since then kept for this step and marked for removal (so
-        ``each_removed`` reports them), restored entities that did not exist marked new."""
+        ``each_removed`` reports them). New: what was new in ``initial`` (gz-sim copies the snapshot's
+        newly-created set) and restored entities that did not exist."""
         same = self.alive & initial.alive & (self.generation == initial.generation)
         extra = self.alive & ~initial.alive
         alive = initial.alive | extra
@@ -744,11 +831,12 @@ class World(eqx.Module):
         return dataclasses.replace(
             self,
             alive=alive,
-            new=initial.alive & ~same,
+            new=(initial.alive & initial.new) | (initial.alive & ~same),
             removing=extra,
             parent=jnp.where(extra, self.parent, initial.parent),
             components=comps,
             generation=jnp.where(extra, self.generation, initial.generation),
+            pinned=jnp.where(extra, self.pinned, initial.pinned),
             control=Control.none(),
         )
 
@@ -769,6 +857,7 @@ class World(eqx.Module):
             parent=jnp.where(alive, self.parent, NULL_ENTITY),
             components=comps,
             generation=self.generation + removed.astype(jnp.int32),
+            pinned=self.pinned & alive,
         )
 
 
