@@ -639,6 +639,52 @@ def test_systems_of_a_removed_entity_stop(x64):
         np.testing.assert_array_equal(finals.components["mass"].data[:, 0], [12.0, 12.0])
 
 
+class _WithConfigure(ecs.EcsSystem):
+    owner: int
+
+    def configure(self, world):
+        return world.create_component(self.owner, "mass", jnp.asarray(7.0))
+
+
+def test_system_manager_restates_gz_pending_and_active_systems():
+    """Issue #38 item 6, gz-sim src/SystemManager_TEST.cc: AddSystem makes a system pending (counts
+    active 0, pending 1, total 1; no phase view lists it; TotalByEntity finds it; no configure without
+    an ECM); ActivatePendingSystems makes it active (1, 0, 1; SystemsConfigure lists it); a second
+    system with updates added: 1 active, 1 pending, 2 total. ecs.run activates pending systems at its
+    start, so a system added between runs joins at the next run's first step."""
+    w = world4()
+    w, e = w.create_entity()
+    w, f = w.create_entity()
+    w = w.create_component(e, "mass", jnp.asarray(0.0)).end_of_step()
+    mgr = ecs.SystemManager()
+    assert (mgr.active_count(), mgr.pending_count(), mgr.total_count()) == (0, 0, 0)
+    config = _WithConfigure(owner=f)
+    assert mgr.add_system(config) is None  # (no world: no configuration)
+    assert (mgr.active_count(), mgr.pending_count(), mgr.total_count()) == (0, 1, 1)
+    assert mgr.systems_configure() == [] and mgr.systems_update() == [] and mgr.systems_post_update() == []
+    assert mgr.total_by_entity(f) == [config]
+    assert mgr.activate_pending_systems() == 1
+    assert (mgr.active_count(), mgr.pending_count(), mgr.total_count()) == (1, 0, 1)
+    assert mgr.systems_configure() == [config] and mgr.systems_update() == []
+    counter = _Counter(owner=ecs.NULL_ENTITY, counts_into=e)
+    w = mgr.add_system(counter, w)
+    assert (mgr.active_count(), mgr.pending_count(), mgr.total_count()) == (1, 1, 2)
+    # the counter joins at the run's first step
+    w, info, outs = ecs.run(w, mgr, 3)
+    assert float(w.component(e, "mass")) == 3.0 and mgr.systems_update() == [counter]
+    # added between runs: counts from the next run on
+    w = mgr.add_system(_Counter(owner=ecs.NULL_ENTITY, counts_into=e), w)
+    w, info, _ = ecs.run(w, mgr, 2, info=info)
+    assert float(w.component(e, "mass")) == 3.0 + 2 * 2
+    # configured against a world: its configure ran (the owner's mass)
+    w2 = mgr.add_system(_WithConfigure(owner=f), w)
+    assert float(w2.component(f, "mass")) == 7.0
+    # the systems of a removed owner are dropped (gz-sim ProcessRemovedEntities)
+    w3 = w2.request_remove_entity(f).end_of_step()
+    mgr.activate_pending_systems()
+    assert mgr.process_removed_entities(w3) == 2 and mgr.total_by_entity(f) == []
+
+
 def test_a_false_pause_request_is_no_request():
     """Issue #36 item 9: a watchdog calling `world.request_pause(condition)` every step un-paused the world
     on the step after its condition held (a traced False meant "play"). False is no request now; play is

@@ -351,7 +351,7 @@ def _entry_state(
 
 def run(
     world: World,
-    systems: Sequence[EcsSystem],
+    systems: Sequence[EcsSystem] | SystemManager,
     num_steps: int,
     step_size: float = 1e-3,
     paused: Any = None,
@@ -385,6 +385,11 @@ def run(
     Returns (final world, final info, outputs): one entry per system with ``post_update``, each with a
     leading axis of length ``num_steps``.
     """
+    if isinstance(systems, SystemManager):
+        # the activation step: systems added since the last run join now (gz-sim's runner
+        # activates pending systems at the start of a step)
+        systems.activate_pending_systems()
+        systems = list(systems.active)
     if not isinstance(num_steps, (int, np.integer)) or isinstance(num_steps, bool) or num_steps < 0:
         raise JaxsysError(f"run: num_steps must be an int >= 0 (a static count of passes); got {num_steps!r}.")
     step_ns = int(round(step_size * _NS))
@@ -502,6 +507,92 @@ def system_order(systems: Sequence[EcsSystem]) -> dict[str, list[str]]:
         out[phase] = [name(s) for s in _ordered(systems, phase)]
     out["post_update"] = [name(s) for s in systems if _implements(s, "post_update")]
     return out
+
+
+class SystemManager:
+    """gz-sim's ``SystemManager``: systems are added as *pending* and become *active* at an
+    activation step (``activate_pending_systems``; `run` does it at its start, as gz-sim's runner
+    does at the start of each step), so a system added while others run joins them at the next
+    step, never in the middle of one. Pass it to `run` instead of a list.
+
+    ``add_system(system, world)`` configures the system against ``world`` (checking its owner entity)
+    and returns the world; without a world no configuration happens (gz-sim: no ECM). The views
+    (``systems_configure()``, ``systems_pre_update()``, ``systems_update()``, ``systems_post_update()``,
+    ``systems_reset()``) list the active systems of each phase in the order they run."""
+
+    def __init__(self, systems: Sequence[EcsSystem] = ()) -> None:
+        self.active: list[EcsSystem] = []
+        self.pending: list[EcsSystem] = []
+        for s in systems:
+            self.add_system(s)
+
+    def add_system(self, system: EcsSystem, world: World | None = None) -> World | None:
+        """Add ``system`` as pending (gz-sim ``AddSystem``); configured against ``world`` if given
+        (the configured world is returned)."""
+        if not isinstance(system, EcsSystem):
+            raise JaxsysError(f"SystemManager.add_system: expected an ecs.EcsSystem; got {type(system).__name__}.")
+        self.pending.append(system)
+        return configure(world, [system]) if world is not None else None
+
+    def activate_pending_systems(self) -> int:
+        """Make the pending systems active (gz-sim ``ActivatePendingSystems``); returns how many."""
+        n = len(self.pending)
+        self.active.extend(self.pending)
+        self.pending = []
+        return n
+
+    def active_count(self) -> int:
+        """Active systems (gz-sim ``ActiveCount``)."""
+        return len(self.active)
+
+    def pending_count(self) -> int:
+        """Systems waiting for the next activation step (gz-sim ``PendingCount``)."""
+        return len(self.pending)
+
+    def total_count(self) -> int:
+        """Active and pending systems (gz-sim ``TotalCount``)."""
+        return len(self.active) + len(self.pending)
+
+    def total_by_entity(self, entity: Any) -> list[EcsSystem]:
+        """The active and pending systems owned by ``entity`` (gz-sim ``TotalByEntity``)."""
+        return [s for s in self.active + self.pending if _same_entity(s.get_owner(), entity)]
+
+    def process_removed_entities(self, world: World) -> int:
+        """Drop the systems whose owner entity no longer exists in ``world`` (gz-sim
+        ``ProcessRemovedEntities``; `run` already skips them); returns how many were dropped."""
+        keep = [s for s in self.active if _owner_exists(s, world) is None or bool(_owner_exists(s, world))]
+        dropped = len(self.active) - len(keep)
+        self.active = keep
+        return dropped
+
+    def _phase(self, phase: str) -> list[EcsSystem]:
+        if phase == "post_update":
+            return [s for s in self.active if _implements(s, phase)]
+        return _ordered(self.active, phase)
+
+    def systems_configure(self) -> list[EcsSystem]:
+        """Active systems with ``configure`` (gz-sim ``SystemsConfigure``)."""
+        return self._phase("configure")
+
+    def systems_pre_update(self) -> list[EcsSystem]:
+        """Active systems with ``pre_update``, in run order (gz-sim ``SystemsPreUpdate``)."""
+        return self._phase("pre_update")
+
+    def systems_update(self) -> list[EcsSystem]:
+        """Active systems with ``update``, in run order (gz-sim ``SystemsUpdate``)."""
+        return self._phase("update")
+
+    def systems_post_update(self) -> list[EcsSystem]:
+        """Active systems with ``post_update`` (gz-sim ``SystemsPostUpdate``)."""
+        return self._phase("post_update")
+
+    def systems_reset(self) -> list[EcsSystem]:
+        """Active systems with ``reset`` (gz-sim ``SystemsReset``)."""
+        return self._phase("reset")
+
+
+def _same_entity(a: Any, b: Any) -> bool:
+    return bool(np.asarray(a) == np.asarray(b))
 
 
 def reset(initial_world: World, systems: Sequence[EcsSystem]) -> tuple[World, UpdateInfo]:
