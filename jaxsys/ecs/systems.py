@@ -258,6 +258,7 @@ def _runner_pass(
     forced_pause: Any,
     outputs_shape: Any,
     can_reset: bool = True,
+    recreates: bool = False,
 ) -> tuple[World, UpdateInfo, RunnerState, tuple[Any, ...]]:
     """One iteration of gz-sim's ``SimulationRunner::Run`` loop: update the info (or rewind it), run
     the phases (or, on a reset pass, only the systems' ``reset``), pause at a run-to time or the end
@@ -297,6 +298,10 @@ def _runner_pass(
     pending = jnp.where(start_steps, pending + c.multi_step, pending)
     paused_next = paused_next & ~start_steps
     world = world.end_of_step()
+    if recreates:
+        # gz-sim's ProcessRecreateEntities: a copy of each entity asked for, new in the next step,
+        # and the original removed at its end (``each_removed`` reports it during that step)
+        world = world.process_recreate()
     rs_next = RunnerState(paused_next, pending, run_to, c.reset)
     return (
         dataclasses.replace(world, control=_kept(c.requests_cleared(), rs_next, c.stopped | c.stop)),
@@ -421,6 +426,7 @@ def run(
         w2, out = _phases(w, i.advanced(False, step_ns), systems)
         touched["reset"] = w2.control.reset is not w.control.reset
         touched["stop"] = w2.control.stop is not w.control.stop
+        touched["recreate"] = w2.recreating is not w.recreating
         return out
 
     outputs_shape = jax.eval_shape(probe, world, info)
@@ -438,7 +444,9 @@ def run(
 
     def one_pass(w: World, i: UpdateInfo, r: RunnerState, p: Any, resets: bool) -> Any:
         forced = p if schedule is not None else None
-        w2, i2, r2, out = _runner_pass(w, i, r, systems, step_ns, initial, forced, outputs_shape, resets)
+        w2, i2, r2, out = _runner_pass(
+            w, i, r, systems, step_ns, initial, forced, outputs_shape, resets, touched["recreate"]
+        )
         return (w2, i2, r2), out
 
     def body(carry: Any, p: Any) -> tuple[Any, Any]:
@@ -458,6 +466,8 @@ def run(
             return carry, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
         return jax.lax.scan(body, carry, xs)
 
+    if _concrete_true(jnp.any(world.recreating)):
+        world = world.process_recreate()  # (asked for on the world before the run)
     carry0 = (world, info, rs)
     final: Any
     if entry_stop and not can_stop:

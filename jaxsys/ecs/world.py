@@ -180,7 +180,8 @@ class World(eqx.Module):
     lost), `components` (name -> `Column`; the names are static structure),
     `invalid_operations` (int32: writes or removals with a handle that names no entity, made inside
     ``jit``, which did nothing), `control` (`Control`: world-control requests of this step),
-    `pinned` (bool, capacity: entities that removal requests leave alone, gz-sim ``PinEntity``).
+    `pinned` (bool, capacity: entities that removal requests leave alone, gz-sim ``PinEntity``),
+    `recreating` (bool, capacity: entities to re-create at the end of the step, gz-sim ``Recreate``).
     """
 
     alive: Array
@@ -192,6 +193,7 @@ class World(eqx.Module):
     invalid_operations: Array
     control: Control
     pinned: Array
+    recreating: Array
 
     @staticmethod
     def empty(capacity: int, components: Mapping[str, Any]) -> World:
@@ -216,6 +218,7 @@ class World(eqx.Module):
             jnp.zeros((capacity,), jnp.int32),
             jnp.zeros((), jnp.int32),
             Control.none(),
+            z,
             z,
         )
 
@@ -420,7 +423,6 @@ class World(eqx.Module):
         changes), the copies of descendants under the copies of their parents. Returns (world, the
         copy's handle); NULL_ENTITY and the world unchanged when ``entity`` names no entity (gz-sim
         returns kNullEntity). An error (``error_if``) when too few slots are free. May be traced."""
-        cap = self.capacity
         slot, ok = self.slot_of(entity)
         parent = jnp.asarray(parent, jnp.int32)
         p_ok = (parent == NULL_ENTITY) | self.exists(parent)
@@ -428,25 +430,34 @@ class World(eqx.Module):
         if known is not None and not bool(known):
             raise JaxsysError(f"World.clone: parent {int(parent)} does not exist (a stale or invalid handle).")
         ok = ok & p_ok
-        sub = self._with_descendants(jnp.zeros_like(self.alive).at[slot].set(ok)) & self.alive
+        roots = jnp.zeros_like(self.alive).at[slot].set(ok)
+        world, target = self._copy_subtrees(roots, jnp.full(self.parent.shape, parent, jnp.int32), "cloning")
+        cap = self.capacity
+        copy = jnp.where(ok, world.handles()[jnp.clip(target[slot], 0, cap - 1)], NULL_ENTITY)
+        return world, copy
+
+    def _copy_subtrees(self, roots: Array, root_parents: Array, what: str) -> tuple[World, Array]:
+        """Copies of the entities in ``roots`` and their descendants (see `clone`), the copy of root
+        ``i`` under ``root_parents[i]``; the world and, per slot, the slot of its copy (capacity: none)."""
+        cap = self.capacity
+        sub = self._with_descendants(roots & self.alive) & self.alive
         free = ~self.alive
-        n_sub = jnp.sum(sub)
         spawner = _SPAWNER.get()
-        by = f"; the clone was made by {spawner}" if spawner else ""
+        by = f"; by {spawner}" if spawner else ""
         free_slots = jnp.nonzero(free, size=cap, fill_value=cap)[0].astype(jnp.int32)
         free_slots = eqx.error_if(
-            free_slots, n_sub > jnp.sum(free), f"World is full: cloning needs a free slot per entity copied{by}."
+            free_slots, jnp.sum(sub) > jnp.sum(free), f"World is full: {what} needs a free slot per entity copied{by}."
         )
-        rank = jnp.cumsum(sub) - 1  # the k-th entity of the subtree (slot order) goes to the k-th free slot
+        rank = jnp.cumsum(sub) - 1  # the k-th entity copied (slot order) goes to the k-th free slot
         target = jnp.where(sub, free_slots[jnp.clip(rank, 0, cap - 1)], cap)  # (cap: not copied, dropped)
         handles = self.handles()
-        # the copies' parents: the copy of their parent, or ``parent`` for the copy of ``entity``
+        # the copies' parents: the copy of their parent, or the root's parent for a root's copy
         pslot = jnp.where(self.parent >= 0, self.parent % cap, 0)
         copied_parent_slot = target[pslot]
         copied_parent = jnp.where(
             copied_parent_slot < cap, handles[jnp.clip(copied_parent_slot, 0, cap - 1)], NULL_ENTITY
         )
-        new_parent = jnp.where(jnp.arange(cap) == slot, parent, copied_parent)
+        new_parent = jnp.where(roots, root_parents, copied_parent)
         comps = {}
         for k, c in self.components.items():
             present = c.present & sub
@@ -462,11 +473,32 @@ class World(eqx.Module):
             removing=self.removing.at[target].set(False, mode="drop"),
             parent=self.parent.at[target].set(new_parent, mode="drop"),
             pinned=self.pinned.at[target].set(False, mode="drop"),
+            recreating=self.recreating.at[target].set(False, mode="drop"),
             components=comps,
         )
-        top = target[slot]
-        copy = jnp.where(ok, handles[jnp.clip(top, 0, cap - 1)], NULL_ENTITY)
-        return world, copy
+        return world, target
+
+    def request_recreate(self, entity: Any) -> World:
+        """Ask for ``entity`` (with its descendants) to be re-created (gz-sim's ``Recreate``
+        component, handled by the runner): after this step, a copy with a new handle and the same
+        parent, components and children, new in the next step, while the original is marked for
+        removal (reported by ``each_removed`` during that step, removed at its end). Done by `ecs.run`
+        at the end of the step (and by `process_recreate`)."""
+        slot, ok = self.slot_of(entity)
+        self._check(entity, ok, "request_recreate")
+        return dataclasses.replace(
+            self,
+            recreating=self.recreating.at[slot].set(self.recreating[slot] | ok),
+            invalid_operations=self._invalid(ok),
+        )
+
+    def process_recreate(self) -> World:
+        """Carry out the recreate requests (gz-sim ``ProcessRecreateEntitiesRemove`` / ``Create``): a
+        copy of each requested entity under its parent, the original marked for removal."""
+        roots = self.recreating & self.alive
+        world, _ = self._copy_subtrees(roots, self.parent, "recreating")
+        world = world.request_remove_where(roots, recursive=True)
+        return dataclasses.replace(world, recreating=jnp.zeros_like(self.recreating))
 
     def _parent_slots(self) -> tuple[Array, Array]:
         """Per slot: the parent's slot, and whether the parent exists (a removed parent's handle is
@@ -837,6 +869,7 @@ class World(eqx.Module):
             components=comps,
             generation=jnp.where(extra, self.generation, initial.generation),
             pinned=jnp.where(extra, self.pinned, initial.pinned),
+            recreating=jnp.zeros_like(self.recreating),
             control=Control.none(),
         )
 
