@@ -57,15 +57,14 @@ def _batch_reduced(fn: Any, reducers: tuple[Any, ...]) -> Any:
     return wrapped
 
 
-_BIG = np.iinfo(np.int32).max
-
-
 def _running_min(x: jax.Array, active: jax.Array) -> jax.Array:
     """``x`` itself, except under ``vmap``, where it is the minimum over the members still running
-    (``active``; an unbatched value). A throttling test on it is an unbatched predicate: ``lax.cond``
-    stays a conditional and skips the callback's branch, rather than becoming a select that runs the
-    branch every step. (The minimum over *all* members froze once the shortest member finished: the
-    bar then stopped, or redrew every step if the frozen count was a multiple of the refresh.)"""
+    (``active``; an unbatched value): the least advanced running member's step count or time. A
+    throttling test on it is an unbatched predicate: ``lax.cond`` stays a conditional and skips the
+    callback's branch, rather than becoming a select that runs the branch every step. (The minimum
+    over *all* members froze once the shortest member finished: the bar then stopped, or redrew every
+    step if the frozen count was a multiple of the refresh.) With no member running (the body of a
+    batched loop runs only while one is) it is the dtype's largest value."""
 
     @jax.custom_batching.custom_vmap
     def call(a: jax.Array, on: jax.Array) -> jax.Array:
@@ -75,29 +74,11 @@ def _running_min(x: jax.Array, active: jax.Array) -> jax.Array:
     def rule(axis_size: int, in_batched: Any, a: jax.Array, on: jax.Array) -> Any:
         if in_batched[0]:
             on_b = on if in_batched[1] else jnp.broadcast_to(on, a.shape)
-            a = jnp.min(jnp.where(on_b, a, jnp.asarray(_BIG, a.dtype)), axis=0)
+            big = jnp.iinfo(a.dtype).max if jnp.issubdtype(a.dtype, jnp.integer) else jnp.inf
+            a = jnp.min(jnp.where(on_b, a, jnp.asarray(big, a.dtype)), axis=0)
         return call(a, jnp.any(on, axis=0) if in_batched[1] else on), False
 
     return call(jax.lax.stop_gradient(x), jax.lax.stop_gradient(jnp.asarray(active)))
-
-
-def _running_time(t: jax.Array, active: jax.Array) -> jax.Array:
-    """The least advanced running member's time under ``vmap`` (``t`` itself otherwise)."""
-
-    @jax.custom_batching.custom_vmap
-    def call(a: jax.Array, on: jax.Array) -> jax.Array:
-        return a
-
-    @call.def_vmap
-    def rule(axis_size: int, in_batched: Any, a: jax.Array, on: jax.Array) -> Any:
-        if in_batched[0]:
-            on_b = on if in_batched[1] else jnp.broadcast_to(on, a.shape)
-            a = jnp.min(jnp.where(on_b, a, jnp.asarray(jnp.inf, a.dtype)), axis=0)
-            # (no member running: the body of a batched loop only runs while one is; keep a number)
-            a = jnp.where(jnp.isfinite(a), a, -jnp.inf)
-        return call(a, jnp.any(on, axis=0) if in_batched[1] else on), False
-
-    return call(jax.lax.stop_gradient(t), jax.lax.stop_gradient(jnp.asarray(active)))
 
 
 _lock = threading.Lock()
@@ -174,14 +155,14 @@ class TqdmProgressMeter(AbstractProgressMeter):
                     # forward only (callbacks are unordered); tqdm's update redraws at most every
                     # ``mininterval`` seconds of wall time (a redraw costs far more than the callback)
                     delta = float(np.max(t_)) - bar.t0 - bar.n
-                    if delta > 0:
+                    if np.isfinite(delta) and delta > 0:
                         bar.update(delta)
 
         # the throttle first, on the step count (the least advanced running member's under vmap):
         # between refreshes a step pays one comparison and a skipped conditional
         # (under vmap some member runs whenever the body does: the minimum is never the placeholder)
         due = _running_min(jnp.asarray(step), active) % self.refresh_steps == 0
-        jax.lax.cond(due, lambda: jax.debug.callback(_update, _running_time(t, active)), lambda: None)
+        jax.lax.cond(due, lambda: jax.debug.callback(_update, _running_min(t, active)), lambda: None)
 
     def close(self, token: Any, t: jax.Array) -> None:
         def _close(t_: Any) -> None:

@@ -302,15 +302,6 @@ class World(eqx.Module):
         at once, *new* until the end of the step (gz-sim ``CreateEntity``). Returns (world, handle).
         Errors (eagerly, or inside ``jit`` via ``error_if``): the world is full; ``parent`` names no
         entity."""
-        free = ~self.alive
-        idx = jnp.argmax(free).astype(jnp.int32)
-        spawner = _SPAWNER.get()
-        by = f"; the entity was being created by {spawner}" if spawner else ""
-        idx = eqx.error_if(
-            idx,
-            ~jnp.any(free),
-            f"World is full: all {self.capacity} entity slots are in use (raise the capacity){by}.",
-        )
         parent = jnp.asarray(parent, jnp.int32)
         p_ok = (parent == NULL_ENTITY) | self.exists(parent)
         known = _concrete(p_ok)
@@ -319,24 +310,8 @@ class World(eqx.Module):
                 f"World.create_entity: parent {int(parent)} does not exist (a stale or invalid handle); pass a "
                 f"handle from create_entity, or NULL_ENTITY for none."
             )
-        idx = eqx.error_if(idx, ~p_ok, "World.create_entity: the parent entity does not exist (stale or invalid).")
-        gen = self.generation[idx]
-        limit = (2**31 - 1) // self.capacity
-        idx = eqx.error_if(
-            idx, gen >= limit, f"World: a slot was reused {limit} times; entity handles would overflow int32."
-        )
-        world = dataclasses.replace(
-            self,
-            alive=self.alive.at[idx].set(True),
-            new=self.new.at[idx].set(True),
-            removing=self.removing.at[idx].set(False),
-            parent=self.parent.at[idx].set(parent),
-            components={
-                k: Column(c.data, c.present.at[idx].set(False), c.changed.at[idx].set(0))
-                for k, c in self.components.items()
-            },
-        )
-        return world, gen * self.capacity + idx
+        world, handles = self._create_entities(1, parent, {})
+        return world, handles[0]
 
     def create_entities(
         self, count: int, parent: Any = NULL_ENTITY, components: Mapping[str, Any] | None = None
@@ -375,15 +350,16 @@ class World(eqx.Module):
         cap = self.capacity
         free = ~self.alive
         spawner = _SPAWNER.get()
-        by = f"; the entities were being created by {spawner}" if spawner else ""
+        by = f"; the entity was being created by {spawner}" if spawner else ""
         enough = jnp.sum(free) >= count
         chosen = free & (jnp.cumsum(free) <= count)
         slots = jnp.nonzero(chosen, size=count, fill_value=0)[0].astype(jnp.int32)
-        slots = eqx.error_if(
-            slots,
-            ~enough,
-            f"World is full: creating {count} entities needs {count} free slots of the {cap} (raise the capacity){by}.",
+        full = (
+            f"all {cap} entity slots are in use"
+            if count == 1
+            else f"creating {count} entities needs {count} free slots of the {cap}"
         )
+        slots = eqx.error_if(slots, ~enough, f"World is full: {full} (raise the capacity){by}.")
         parents = jnp.broadcast_to(parent, (count,))
         pslot = jnp.where(parents >= 0, parents % cap, 0)
         p_ok = (parents == NULL_ENTITY) | (
