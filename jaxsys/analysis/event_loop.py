@@ -348,13 +348,14 @@ class EventProgram:
         return sign * self.witness_values(make_ctx(t, x))[idx]
 
     def guard_start(
-        self, guard: Array, consumed: Array, active: Array | None, make_ctx: Any, f: Any, t: Array, x: Array
+        self, guard: Array, consumed: Array, active: Array | None, make_ctx: Any, f0: Array, t: Array, x: Array
     ) -> Array:
         """The guard watch after a step's start-of-step updates (see `guard_status`): ``guard`` as
-        carried (``[watched, highest value since the update, failed]`` per guarded witness), ``consumed`` (per
-        witness: its update ran at this step's start), ``active`` (per witness, monitored; None: all),
-        the step's context maker and vector field, and its start ``(t, x)``. A guard whose update just
-        ran is watched if it left the witness on its triggered side, not moving deeper."""
+        carried (``[watched, highest value since the update, failed]`` per guarded witness),
+        ``consumed`` (per witness: its update ran at this step's start), ``active`` (per witness,
+        monitored; None: all), the step's context maker, the derivative ``f0`` at its start, and the
+        start ``(t, x)``. A guard whose update just ran is watched if it left the witness on its
+        triggered side, not moving deeper."""
         idx = np.asarray([j for j, _ in self.guarded])
         t_, x_ = jax.lax.stop_gradient(t), jax.lax.stop_gradient(x)
         updated = consumed[idx] if active is None else consumed[idx] & active[idx]
@@ -363,7 +364,7 @@ class EventProgram:
         y, dy = jax.jvp(
             lambda tt, xx: self._guard_values(make_ctx, tt, xx),
             (t_, x_),
-            (jnp.ones_like(t_), jax.lax.stop_gradient(f(t_, x_))),
+            (jnp.ones_like(t_), jax.lax.stop_gradient(f0)),
         )
         fresh = updated & (y <= 0) & (dy >= 0)
         return jnp.stack([jnp.where(fresh, 1.0, guard[0]).astype(t.dtype), jnp.where(fresh, y, guard[1]), guard[2]])

@@ -59,6 +59,7 @@ from .event_loop import EventProgram, get_rest, set_rest
 from .integrators.base import StepResult, step_aux
 from .loop_state import Clock, Counters, DenseStep, EventCarry, FixedGrid, LoopState
 from .loops import Run, WhileLoop
+from .progress import NoProgressMeter
 from .recording import concrete, initial_saves, record_buffer, run_with_saving
 from .results import (
     STATUS_EVENT_FAILED,
@@ -254,9 +255,13 @@ class StepLoop:
                 shrinkage=jnp.where(stop, 0, verdict.shrinkage),
                 failure=jnp.where(stop, 0, verdict.failure),
             )
-        *landing, w_now, status = self.isolate_witnesses(t, start, choice, attempt, verdict)  # 5
+        # the derivative at the step's start, for witness isolation and the guard watch (traced once)
+        f0 = None
+        if self.program is not None and self.program.witnesses:
+            f0 = attempt.f_start if attempt.f_start is not None else start.f(t, start.x)
+        *landing, w_now, status = self.isolate_witnesses(t, start, choice, attempt, verdict, f0)  # 5
         verdict = verdict._replace(status=status)
-        guard = self.watch_guards(s, start, t, landing, verdict.accept)
+        guard = self.watch_guards(s, start, t, landing, verdict.accept, f0)
         if guard is not None:
             # the state went back through a guard after its update, where no crossing is seen: this step
             # is not taken. A bounce the step was too long to see (the witness went back to its armed
@@ -277,7 +282,7 @@ class StepLoop:
         return self.end_of_step(new, start, verdict.accept, w_now, guard)  # 7
 
     def watch_guards(
-        self, s: LoopState, start: StepStart, t: Array, landing: list[Any], accept: Array
+        self, s: LoopState, start: StepStart, t: Array, landing: list[Any], accept: Array, f0: Array | None
     ) -> tuple[Array, Array] | None:
         """The guard watch of this attempt (`EventProgram.guard_start` at its start, `guard_end` at the
         end of an accepted step) and, per guarded witness, whether the state went back through its
@@ -288,7 +293,8 @@ class StepLoop:
         ev = s.events
         consumed = ev.witness_pending & ~ev.step_open  # (the updates this step's start performed)
         active = start.witness_active
-        guard = program.guard_start(ev.guard, consumed, active, start.make_ctx, start.f, t, start.x)
+        assert f0 is not None  # (a guarded witness is a witness)
+        guard = program.guard_start(ev.guard, consumed, active, start.make_ctx, f0, t, start.x)
         t_end, _, x_end, _ = landing
         ended, fell = program.guard_end(guard, active, start.make_ctx, t_end, x_end)
         # (a step not taken keeps the watch of its start)
@@ -350,7 +356,7 @@ class StepLoop:
         return self.integrator.step(start.f, s.clock.t, start.x, choice.h, start.aux, istate, choice.t_new, dense)
 
     def isolate_witnesses(
-        self, t: Array, start: StepStart, choice: StepChoice, attempt: StepResult, verdict: Verdict
+        self, t: Array, start: StepStart, choice: StepChoice, attempt: StepResult, verdict: Verdict, f0: Any = None
     ) -> tuple[Array, Array, Array, Array, Any, Array]:
         """Step 5: cut an accepted step from ``t`` back to just past the first witness crossing in it.
 
@@ -374,7 +380,8 @@ class StepLoop:
             status = self._witness_status(w0, w1, accept, verdict.status)
             trig = program.triggered(w0, w1) & accept
             return choice.t_new, choice.reaches_boundary, x_new, jnp.array(False), trig, status
-        f0 = attempt.f_start if attempt.f_start is not None else start.f(t, start.x)
+        if f0 is None:
+            f0 = attempt.f_start if attempt.f_start is not None else start.f(t, start.x)
         fired, w1 = detect_crossings(program, start.make_ctx, t, start.x, choice.h, choice.t_new, f0, x_new, w0)
         status = self._witness_status(w0, w1, accept, verdict.status)
         candidates = jnp.any(fired, axis=0) & accept
@@ -533,7 +540,8 @@ class StepLoop:
 
         def body(c: LoopState) -> LoopState:
             # (whether this run is stepping: under vmap the body runs for every member while one does)
-            self.meter.update(self.token, c.clock.t, c.counters.attempts, cond(c))
+            if not isinstance(self.meter, NoProgressMeter):
+                self.meter.update(self.token, c.clock.t, c.counters.attempts, cond(c))
             return self.step(body_target, c)
 
         return self.while_loop(cond, body, s, self.integrator.max_steps)
