@@ -570,7 +570,8 @@ class SystemManager:
     def process_removed_entities(self, world: World) -> int:
         """Drop the systems whose owner entity no longer exists in ``world`` (gz-sim
         ``ProcessRemovedEntities``; `run` already skips them); returns how many were dropped."""
-        keep = [s for s in self.active if _owner_exists(s, world) is None or bool(_owner_exists(s, world))]
+        alive = [_owner_exists(s, world) for s in self.active]
+        keep = [s for s, a in zip(self.active, alive) if a is None or bool(a)]
         dropped = len(self.active) - len(keep)
         self.active = keep
         return dropped

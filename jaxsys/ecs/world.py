@@ -268,15 +268,17 @@ class World(eqx.Module):
                 f"create_entity stay valid until the entity's removal is carried out at the end of a step."
             )
 
-    def _check_eager(self, entity: Any, what: str, null_ok: bool = False) -> None:
-        """`_check` for a concrete handle, in NumPy (no device operation)."""
-        h = int(np.asarray(entity))
-        if null_ok and h == NULL_ENTITY:
-            return
+    def _exists_np(self, handles: Any) -> np.ndarray:
+        """`exists` for concrete handles (one or an array), in NumPy (no device operation)."""
+        h = np.asarray(handles).reshape(-1).astype(np.int64)
         cap = self.capacity
-        ok = h >= 0 and bool(np.asarray(self.alive)[h % cap]) and int(np.asarray(self.generation)[h % cap]) == h // cap
-        if not ok:
-            self._check(h, jnp.asarray(False), what)
+        slot = np.where(h >= 0, h % cap, 0)
+        return (h >= 0) & np.asarray(self.alive)[slot] & (np.asarray(self.generation)[slot] == h // cap)
+
+    def _check_eager(self, entity: Any, what: str) -> None:
+        """`_check` for a concrete handle, in NumPy."""
+        if not self._exists_np(entity)[0]:
+            self._check(int(np.asarray(entity)), jnp.asarray(False), what)
 
     def _invalid(self, exists: Array) -> Array:
         return self.invalid_operations + (~exists).astype(jnp.int32)
@@ -285,11 +287,7 @@ class World(eqx.Module):
     def _parent_precheck(self, parent: Any = NULL_ENTITY, **_: Any) -> None:
         """Eager: raise if a parent handle (one, or an array of them) names no entity (NumPy only)."""
         h = np.asarray(parent).reshape(-1).astype(np.int64)
-        cap = self.capacity
-        slot = np.where(h >= 0, h % cap, 0)
-        ok = (h == NULL_ENTITY) | (
-            (h >= 0) & np.asarray(self.alive)[slot] & (np.asarray(self.generation)[slot] == h // cap)
-        )
+        ok = (h == NULL_ENTITY) | self._exists_np(h)
         if not ok.all():
             raise JaxsysError(
                 f"World.create_entity: parent {int(h[~ok][0])} does not exist (a stale or invalid handle); pass a "
