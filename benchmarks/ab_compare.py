@@ -104,6 +104,22 @@ def cases(js):
     rk4_10ms = js.RungeKutta4Integrator(max_step_size=0.01)
     out["S5 sampled PD, RK4"] = (jit(lambda c: _final(js.simulate(d, c, 5.0, rk4_10ms))), cd)
     out["S5' sampled PD, RK3 1e-6"] = (jit(lambda c: _final(js.simulate(d, c, 5.0, rk3))), cd)
+    # stiff: Van der Pol mu = 1000 on [0, 3000] (S3), one run and a batch of 64 (S3d)
+    vdp = ex.VanDerPol(mu=1000.0)
+    cv = vdp.create_default_context()
+    for label, integ in (
+        ("Radau3 1e-6", js.RadauIntegrator(target_accuracy=1e-6)),
+        ("Radau5 1e-6", js.Radau5Integrator(target_accuracy=1e-6)),
+        ("implicit Euler 1e-4", js.ImplicitEulerIntegrator(target_accuracy=1e-4)),
+    ):
+        out[f"S3 stiff Van der Pol, {label}"] = (jit(lambda c, i=integ: _final(js.simulate(vdp, c, 3000.0, i))), cv)
+    mus = jnp.linspace(100.0, 1000.0, 64)
+    cvs = jax.vmap(lambda m: cv.with_numeric_parameter(0, jnp.stack([m])))(mus)
+    r5 = js.Radau5Integrator(target_accuracy=1e-6)
+    out["S3d batch of 64 stiff Van der Pol, Radau5 1e-6"] = (
+        jit(jax.vmap(lambda c: _final(js.simulate(vdp, c, 300.0, r5)))),
+        cvs,
+    )
     lags = builder_chain(js, 300)
     out["S8 chain of 300 lags"] = (jit(lambda c: _final(js.simulate(lags[0], c, 10.0, lags[2]))), lags[1])
     return out

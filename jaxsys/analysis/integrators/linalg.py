@@ -35,57 +35,39 @@ Array = jax.Array
 
 
 SMALL_N = 6
-"""Dense systems up to this size are factored and solved by unrolled elimination (elementwise array
-operations) instead of LAPACK: under ``vmap`` a batch of small matrices then costs a few array
-operations instead of one LAPACK call per member (1,024 2 x 2 systems on a CPU: LU 76 -> 44 us, solve
-134 -> 37 us), and a single small system avoids the call overhead. Results agree with LAPACK's to
-rounding (the same pivots, the multipliers formed as ``getf2`` forms them)."""
+"""Dense systems up to this size are "factored" into their inverse (Gauss-Jordan elimination with
+partial pivoting, one rolled loop over the columns) and solved by one matrix-vector product, instead
+of LAPACK's LU and triangular solves. A solve is then a single array operation (Newton solves several
+times a step, and under ``vmap`` a batch of small systems costs two elementwise operations instead of
+a LAPACK call per member), and the program holds one small loop per factorization: unrolled
+elimination (jaxsys before) put ~120 operations in the program per factorization and ~90 per solve at
+n = 6, over half of the operations of a hybrid system's implicit-Euler run and of its compile time.
+The inverse's solves agree with LAPACK's to rounding times the matrix's condition number (Newton's
+result is set by its residual, not by the solve; derivatives by the implicit function theorem use the
+same solve). A singular matrix gives non-finite values, as LAPACK's solve does."""
 
 
-def small_lu_factor(m: Array) -> tuple[Array, Array]:
-    """LU with partial pivoting of a small n x n matrix by unrolled elimination, in LAPACK's format
-    (``jax.scipy.linalg.lu_factor``'s): L (unit, below the diagonal) and U packed in one matrix, and
-    ``piv[k]`` the row exchanged with row k at step k. The multipliers are formed as LAPACK's ``getf2``
-    forms them (times the pivot's reciprocal); a zero pivot leaves its column unscaled (LAPACK reports
-    the matrix singular; the solve then gives non-finite values, as LAPACK's does)."""
+def small_inverse(m: Array) -> Array:
+    """The inverse of a small n x n matrix (real or complex) by Gauss-Jordan elimination with partial
+    pivoting, one rolled loop over the columns (differentiable, batched under ``vmap``). A zero pivot
+    gives non-finite entries."""
     n = m.shape[-1]
-    if n == 0:  # (no continuous state: nothing to factor)
-        return m, jnp.zeros((0,), jnp.int32)
-    a = m
-    pivots = []
-    for k in range(n):
-        col = jnp.abs(a[k:, k])
-        p = k + jnp.argmax(col)
-        pivots.append(p)
-        row_k, row_p = a[k], a[p]
-        a = a.at[k].set(row_p).at[p].set(row_k)
-        pivot = a[k, k]
-        if k + 1 < n:
-            recip = jnp.where(pivot != 0, 1.0 / jnp.where(pivot != 0, pivot, 1.0), 1.0)
-            mult = a[k + 1 :, k] * recip
-            update = a[k + 1 :, k + 1 :] - mult[:, None] * a[k, k + 1 :][None, :]
-            a = a.at[k + 1 :, k].set(mult).at[k + 1 :, k + 1 :].set(update)
-    return a, jnp.stack(pivots).astype(jnp.int32)
+    if n == 0:  # (no continuous state: nothing to invert)
+        return m
+    rows = jnp.arange(n)
+    a = jnp.concatenate([m, jnp.eye(n, dtype=m.dtype)], axis=1)
 
+    def eliminate(k: Array, a: Array) -> Array:
+        col = jax.lax.dynamic_index_in_dim(a, k, axis=1, keepdims=False)
+        p = jnp.argmax(jnp.where(rows >= k, jnp.abs(col), -1.0))
+        a = a[jnp.where(rows == k, p, jnp.where(rows == p, k, rows))]  # rows k and p exchanged
+        row = jax.lax.dynamic_index_in_dim(a, k, axis=0, keepdims=False)
+        row = row / row[k]
+        col = jax.lax.dynamic_index_in_dim(a, k, axis=1, keepdims=False)
+        a = a - jnp.where(rows == k, 0, col)[:, None] * row[None, :]
+        return jnp.where((rows == k)[:, None], row[None, :], a)
 
-def small_lu_solve(lu: Array, piv: Array, b: Array) -> Array:
-    """M^-1 b from `small_lu_factor`'s output (LAPACK's ``getrs`` order: row exchanges, forward
-    substitution with the unit lower factor, back substitution with the upper one, column by column)."""
-    n = lu.shape[-1]
-    x = b.astype(jnp.result_type(lu.dtype, b.dtype))
-    for k in range(n):
-        p = piv[k]
-        xk, xp = x[k], x[p]
-        x = x.at[k].set(xp).at[p].set(xk)
-    for k in range(n):
-        if k + 1 < n:
-            x = x.at[k + 1 :].add(-x[k] * lu[k + 1 :, k])
-    for k in range(n - 1, -1, -1):
-        xk = x[k] / lu[k, k]
-        x = x.at[k].set(xk)
-        if k > 0:
-            x = x.at[:k].add(-xk * lu[:k, k])
-    return x
+    return jax.lax.fori_loop(0, n, eliminate, a)[:, n:]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +87,20 @@ class DenseAlgebra:
         return jnp.zeros((n, n), dtype)
 
     def lu_factor(self, m: Array) -> tuple[Any, Any]:
-        """LU with partial pivoting: (lu, piv) (unrolled up to `SMALL_N`, LAPACK above)."""
-        return small_lu_factor(m) if m.shape[-1] <= SMALL_N else jsl.lu_factor(m)
+        """The factored matrix, (lu, piv): LAPACK's LU with partial pivoting; up to `SMALL_N` the inverse
+        (and ``piv`` unused zeros)."""
+        if m.shape[-1] <= SMALL_N:
+            return small_inverse(m), jnp.zeros(m.shape[-1:], jnp.int32)
+        return jsl.lu_factor(m)
 
     def lu_solve(self, lu: Any, piv: Any, b: Array) -> Array:
-        """M^-1 b from ``lu_factor``'s output."""
-        return small_lu_solve(lu, piv, b) if lu.shape[-1] <= SMALL_N else jsl.lu_solve((lu, piv), b)
+        """M^-1 b (b a vector) from ``lu_factor``'s output."""
+        if lu.shape[-1] <= SMALL_N:
+            assert b.ndim == 1, b.shape
+            # (elementwise product and row sums: under vmap a batched matmul of tiny matrices is a
+            # loop of tiny products on a CPU, 2.5x slower on a batch of 64 stiff systems)
+            return jnp.sum(lu * b.astype(jnp.result_type(lu.dtype, b.dtype))[..., None, :], axis=-1)
+        return jsl.lu_solve((lu, piv), b)
 
     def empty_lu(self, n: int, dtype: Any) -> tuple[Any, Any]:
         """Placeholders shaped as ``lu_factor``'s output."""
