@@ -72,6 +72,39 @@ def test_repeated_plain_call_does_not_retrace():
     np.testing.assert_allclose(np.asarray(r.ys)[:, 0], np.exp(-np.array([0.25, 1.5])), rtol=1e-8)
 
 
+def test_receding_horizon_fixed_step_calls_compile_once_and_match_one_run():
+    """A loop of fixed-step calls over equal spans (an MPC or replay loop: ``simulate(.., (k + 1) h)``
+    from the previous result) traces once, keyed on the step plan, not on the times; the pieces
+    equal one run over the whole span (RK4 on x' = -a x: the same steps), times and saves included.
+    Before, each call compiled anew (60 calls of the robot swing-up replay: 12 s)."""
+    s = Decay()
+    h = 0.05
+    integ = js.RungeKutta4Integrator(max_step_size=h)
+    ctx = s.create_default_context()
+    whole = js.simulate(s, ctx, 20 * h, integ, save_at=jnp.arange(1, 21) * h)
+    n = None
+    for k in range(20):
+        r = js.simulate(s, ctx, (k + 1) * h, integ, initialize=False, save_at=jnp.array([(k + 1) * h]))
+        ctx = r.context
+        if k == 0:
+            n = traces()
+        np.testing.assert_allclose(np.asarray(r.ys)[0], np.asarray(whole.ys)[k], rtol=1e-13)
+        assert float(ctx.get_time()) == pytest.approx((k + 1) * h, rel=1e-15)
+    assert traces() == n
+    np.testing.assert_allclose(
+        ctx.get_continuous_state_vector(), whole.context.get_continuous_state_vector(), rtol=1e-13
+    )
+    # the steps are RK4's: one step of h on x' = -x is the degree-4 Taylor polynomial of exp(-h)
+    p4 = sum((-h) ** i / np.prod(np.arange(1, i + 1)) for i in range(5))
+    np.testing.assert_allclose(float(ctx.get_continuous_state_vector()[0]), p4**20, rtol=1e-13)
+    # a span of another step count, or a partial last step, is another plan: one trace each
+    js.simulate(s, ctx, float(ctx.get_time()) + 3 * h, integ, initialize=False)
+    assert traces() == n + 1
+    r = js.simulate(s, ctx, float(ctx.get_time()) + 2.5 * h, integ, initialize=False)
+    assert traces() == n + 2
+    np.testing.assert_allclose(float(r.context.get_time()), 22.5 * h, rtol=1e-15)
+
+
 def test_a_new_tolerance_does_not_recompile_and_is_right():
     # issue #22: the target accuracy of an error-controlled integrator is an argument of the compiled
     # function; each result equals the uncached run's (which has the accuracy as a constant)

@@ -445,14 +445,22 @@ class _Entry:
     traced accuracy, and whether its accuracy warrants the float32 warning. It holds the integrator and
     the functions it was keyed on by identity, so their ids stay theirs while it lives."""
 
-    __slots__ = ("dynamic_times", "integrator", "key", "options", "template", "warn")
+    __slots__ = ("dynamic_times", "integrator", "key", "options", "scan_plan", "template", "warn")
 
     def __init__(
-        self, integrator: Any, options: dict[str, Any], dynamic_times: bool, template: Any, key: _Key, warn: bool
+        self,
+        integrator: Any,
+        options: dict[str, Any],
+        dynamic_times: bool,
+        template: Any,
+        key: _Key,
+        warn: bool,
+        scan_plan: bool = False,
     ) -> None:
         self.integrator = integrator
         self.options = options
         self.dynamic_times = dynamic_times
+        self.scan_plan = scan_plan
         self.template = template
         self.key = key
         self.warn = warn
@@ -485,7 +493,12 @@ def _entry(system: System, events_present: bool, context: Context, integrator: A
         and isinstance(integrator.get_accuracy_in_use(), (int, float))
         and integrator.get_accuracy_in_use() < accuracy_floor(context.get_time().dtype)
     )
-    return _Entry(integrator, options, not events_present and not scan_possible, template, key, warn)
+    # a fixed-step scan without events depends on the times only through its plan (step count, save
+    # steps, whether the span is whole steps): keyed on that, the times are arguments
+    scan_plan = (
+        not events_present and scan_possible and not options.get("at_least_one_step") and not options.get("trajectory")
+    )
+    return _Entry(integrator, options, not events_present and not scan_possible, template, key, warn, scan_plan)
 
 
 def _run_entry(
@@ -502,16 +515,27 @@ def _run_entry(
     Static (in the key): the system (by identity), the integrator and every option. The context, the
     pending witness flags and, for runs whose loop does not need them while tracing (error-controlled
     or implicit, without events), ``t_final`` and ``save_at`` are arguments: calls that change them
-    do not recompile. Fixed-step runs (their step count is planned while tracing) and systems with
-    events (their logs are sized from the horizon) bake the times in: a new horizon compiles anew.
+    do not recompile. A fixed-step run without events is keyed on its plan (`plan_fixed_steps`: the
+    step count, the steps of the save times, whether the span is whole steps) and takes the times as
+    arguments: a receding-horizon loop of equal spans (``simulate(.., (k + 1) h, ..)`` from ``k h``)
+    compiles once. Systems with events (their logs are sized from the horizon) and fixed-step runs
+    whose save times are off the step grid bake the times in: a new horizon compiles anew.
     Compiled with ``equinox.filter_jit``, so run-time errors arrive as clean ``EquinoxRuntimeError``.
     """
     integrator, options, dynamic_times = entry.integrator, entry.options, entry.dynamic_times
     traced_accuracy = entry.template is not None
     c_t0, c_tf = float(concrete(context.get_time())), float(concrete(t_final))
     c_ts = None if save_at is None else np.asarray(concrete(save_at), dtype=np.float64).reshape(-1)
+    plan = None
+    if entry.scan_plan:
+        dtype0 = context.get_time().dtype
+        plan = plan_fixed_steps(integrator.max_step_size, c_t0, c_tf, np.zeros(0) if c_ts is None else c_ts, dtype0)
     if dynamic_times:
         times_key: Any = ("dynamic", None if c_ts is None else c_ts.shape[0])
+    elif plan is not None:
+        n_plan, idx_plan, exact_plan = plan
+        idx_key = None if idx_plan is None else tuple(int(i) for i in idx_plan)
+        times_key = ("plan", n_plan, idx_key, exact_plan, None if c_ts is None else c_ts.shape[0])
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
     key = (times_key, entry.key, pending is None)
@@ -530,6 +554,13 @@ def _run_entry(
                 system = deref(ref)
                 return _simulate_body(system, ctx, tf, ts, pend, None, **with_args(acc, h))
 
+        elif plan is not None:
+
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
+                _ENTRY_CACHE["traces"] += 1
+                system = deref(ref)
+                return _simulate_body(system, ctx, tf, ts, pend, None, fixed_plan=plan, **with_args(acc, h))
+
         else:
 
             def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
@@ -542,8 +573,9 @@ def _run_entry(
     _COMPILED.maxsize = _FAST.maxsize = _ENTRY_CACHE["size"]
     compiled = _COMPILED.get(system, key, build)
     dtype = context.get_time().dtype
-    tf_arg = np.asarray(c_tf, dtype) if dynamic_times else None
-    ts_arg = None if c_ts is None or not dynamic_times else np.asarray(c_ts, dtype)
+    times_args = dynamic_times or plan is not None
+    tf_arg = np.asarray(c_tf, dtype) if times_args else None
+    ts_arg = None if c_ts is None or not times_args else np.asarray(c_ts, dtype)
     acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
     h_arg = None if h0 is None else jnp.asarray(h0, dtype)
     return compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg)
@@ -584,9 +616,12 @@ def _simulate_body(
     at_least_one_step: bool = False,
     initial_step_size: Any = None,
     trajectory: int = 0,
+    fixed_plan: Any = None,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
-    context is traced but its time was known at the call (the compiled entry point)."""
+    context is traced but its time was known at the call (the compiled entry point). ``fixed_plan``:
+    the fixed-step scan's plan (`plan_fixed_steps`), made at the call from the times that are traced
+    here (a system without events)."""
     t0 = context.get_time()
     dtype = t0.dtype
     ts = jnp.zeros((0,), dtype) if save_at is None else jnp.asarray(save_at, dtype).reshape(-1)
@@ -616,7 +651,9 @@ def _simulate_body(
     )
     # (a method whose steps can fail, the implicit ones, retries failed steps: the while loop)
     # (a kept trajectory is recorded by the while loop: one code path for its segments)
-    if fixed and events_fit_scan and not integrator.can_fail() and not at_least_one_step and not trajectory:
+    if fixed_plan is not None:
+        plan = fixed_plan
+    elif fixed and events_fit_scan and not integrator.can_fail() and not at_least_one_step and not trajectory:
         c_ts = np.zeros(0) if save_at is None else concrete(save_at)
         plan = plan_fixed_steps(integrator.max_step_size, t0_plan, c_tf, c_ts, context.get_time().dtype)
     if plan is not None:
@@ -651,7 +688,7 @@ def _simulate_body(
         raw = stepper.simulate(events0)
     progress.close(run.aux["progress"][1], raw.t)
     # a fixed-step plan made for an assumed start time is checked against the traced one
-    planned_t0 = (t0, t0_plan) if plan is not None and c_t0 is None else None
+    planned_t0 = (t0, t0_plan) if plan is not None and c_t0 is None and fixed_plan is None else None
     if times_ok is not None:
         raw = raw._replace(status=jnp.where(times_ok, raw.status, STATUS_BAD_TIMES).astype(raw.status.dtype))
     return _finish(run, raw, program, init_values, throw, planned_t0, events[5] if program else None)
