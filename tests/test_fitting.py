@@ -198,3 +198,33 @@ def test_float32_fit_at_tiny_noise_says_it_is_quantized(noise, warns):
         # the standard error of k really is at float32's resolution of k = 10 (ulp 9.5e-7)
         assert res.standard_errors["k"] < 100 * 1.2e-7 * 10
     assert abs(res.params["k"] - 10.0) < 10 * res.standard_errors["k"] + 1e-5
+
+
+def test_covariance_is_formed_in_the_parameters_themselves():
+    """The least-squares covariance s^2 (J^T J)^-1 uses J = d residuals / d parameters (not the
+    unconstrained variables the solver steps in): checked against jacfwd of the residuals in the
+    parameters, for a softplus-mapped and a sigmoid-mapped (bounded) parameter, to 1e-8 relative.
+    (jaxsys forms it from the solver's compiled Jacobian, scaled column by column.)"""
+    p = Pendulum()
+    base = p.get_input_port(0).fix_value(p.create_default_context(), [0.0])
+    ts = jnp.linspace(0.1, 3.0, 30)
+    angle = lambda c: c.get_continuous_state_vector()[:1]  # noqa: E731
+    ctxs, data = synthetic(p, base, [1.0, 1.3, 0.2, 9.81], [[0.5, 0.0], [1.2, 0.0]], ts, angle, 0.01, 3)
+    spec = {"l": FitParameter(0, 1, positive=True), "b": FitParameter(0, 2, lower=0.0, upper=1.0)}
+    integ = js.RungeKutta4Integrator(max_step_size=0.01)
+    res = fit_parameters(
+        p, ctxs, spec, ts, data, initial={"l": 1.2, "b": 0.3}, observe=angle, integrator=integ, method="gauss_newton"
+    )
+
+    def residuals(v):
+        out = []
+        for c, y in zip(ctxs, data):
+            c = set_parameters(c, spec, {"l": v[0], "b": v[1]})
+            out.append((js.simulate(p, c, 3.0, integ, save_at=ts, record=angle).ys - y).reshape(-1))
+        return jnp.concatenate(out)
+
+    v = jnp.array([res.params["l"], res.params["b"]])
+    r, J = np.asarray(residuals(v)), np.asarray(jax.jacfwd(residuals)(v))
+    want = float(r @ r) / (r.size - 2) * np.linalg.inv(J.T @ J)
+    np.testing.assert_allclose(res.covariance, want, rtol=1e-8)
+    assert abs(res.params["l"] - 1.3) < 4 * res.standard_errors["l"]

@@ -545,8 +545,16 @@ def _fit_least_squares(
             break
         r, jac = linearize(u, batch, measurements)
     values = to_values(u)
-    r, jac_v = covariance(values, batch, measurements)
-    r, jac_v = np.asarray(r), np.asarray(jac_v)
+    # the Jacobian in the parameters themselves from the compiled one in u (values[i] depends on u[i]
+    # alone: a column scaling by dvalue/du, exact to rounding, as jacfwd in u seeds that same factor),
+    # so the covariance compiles nothing new; a factor that underflowed falls back to its own program
+    r, jac_u = linearize(u, batch, measurements)
+    dv_du = np.asarray(jax.vmap(jax.grad(lambda ui, i: to_values(u.at[i].set(ui))[i]))(u, jnp.arange(len(names))))
+    if np.all(np.isfinite(dv_du)) and np.all(np.abs(dv_du) > np.finfo(dv_du.dtype).tiny):
+        r, jac_v = np.asarray(r), np.asarray(jac_u) / dv_du[None, :]
+    else:
+        r, jac_v = covariance(values, batch, measurements)
+        r, jac_v = np.asarray(r), np.asarray(jac_v)
     dof = max(n_res - len(names), 1)
     s2 = float(r @ r) / dof
     try:
