@@ -129,6 +129,58 @@ def test_entity_creation_and_removal_timing():
     assert int(world.count(["pos"])) == 0 and not bool(jnp.any(world.new))
 
 
+class Move(ecs.EcsSystem):
+    """pos += 0.5 vel each step (writes a column, creates and removes nothing)."""
+
+    def update(self, info, world):
+        return world.apply(["pos", "vel"], lambda p, v: p + 0.5 * v, outputs=["pos"])
+
+    def post_update(self, info, view):
+        return jnp.stack(
+            [
+                view.count(["pos"]),
+                jnp.sum(view.each_new(["pos"])),
+                jnp.sum(view.each_removed(["pos"])),
+                jnp.sum(view.each_changed("pos")),
+            ]
+        )
+
+
+@pytest.mark.parametrize("jitted", [False, True])
+def test_requests_made_before_a_run_whose_systems_change_no_structure(jitted):
+    """Issue #38 item 9: a run whose systems create, remove, re-parent and pin nothing writes only the
+    change flags at the end of its steps after the first; what was asked on the world before the run
+    (an entity removed, one created) is still settled at the end of the first step, as gz-sim's
+    runner does (EntityComponentManager_TEST: new entities are new for one step, a removal takes
+    effect at the end of the step, the removed slot's generation moves on)."""
+    w = empty_world(4)
+    ents = []
+    for k in range(3):
+        w, e = w.create_entity()
+        w = w.create_component(e, "pos", jnp.array([float(k), 0.0]))
+        w = w.create_component(e, "vel", jnp.array([1.0, 2.0]))
+        ents.append(e)
+    w = w.end_of_step()
+    w = w.request_remove_entity(ents[1])
+    w, late = w.create_entity()
+    w = w.create_component(late, "pos", jnp.array([9.0, 9.0]))
+    w = w.create_component(late, "vel", jnp.array([-1.0, 0.0]))
+    run = (lambda w: ecs.run(w, [Move()], 4)) if not jitted else jax.jit(lambda w: ecs.run(w, [Move()], 4))
+    out_world, _, (rows,) = run(w)
+    # step 1: 4 with pos (3 + the new one), 1 new, 1 being removed (reported in its step), 4 moved
+    # steps 2-4: 3 left, none new or removed, 3 moved
+    np.testing.assert_array_equal(np.asarray(rows), [[4, 1, 1, 4], [3, 0, 0, 3], [3, 0, 0, 3], [3, 0, 0, 3]])
+    assert not bool(out_world.exists(ents[1])) and bool(out_world.exists(late))
+    np.testing.assert_allclose(out_world.component(ents[0], "pos"), [0.0 + 2.0, 0.0 + 4.0])
+    np.testing.assert_allclose(out_world.component(ents[2], "pos"), [2.0 + 2.0, 4.0])
+    np.testing.assert_allclose(out_world.component(late, "pos"), [9.0 - 2.0, 9.0])
+    slot = int(ents[1]) % out_world.capacity
+    assert int(out_world.generation[slot]) == 1 and not bool(out_world.new.any())
+    assert not bool(out_world.removing.any()) and not bool(out_world.components["pos"].present[slot])
+    # the change flags were seen during each step (rows above) and cleared at its end
+    assert int(jnp.sum(out_world.each_changed("pos"))) == 0
+
+
 def test_recursive_removal_and_capacity_error():
     w = empty_world(4)
     w, a = w.create_entity()

@@ -259,10 +259,12 @@ def _runner_pass(
     outputs_shape: Any,
     can_reset: bool = True,
     recreates: bool = False,
+    lean: bool = False,
 ) -> tuple[World, UpdateInfo, RunnerState, tuple[Any, ...]]:
     """One iteration of gz-sim's ``SimulationRunner::Run`` loop: update the info (or rewind it), run
     the phases (or, on a reset pass, only the systems' ``reset``), pause at a run-to time or the end
-    of a multi-step, apply the systems' world-control requests, end the step."""
+    of a multi-step, apply the systems' world-control requests, end the step (``lean``: a pass that
+    creates, removes, re-parents and pins nothing, from a settled world: only change flags to clear)."""
     paused = rs.paused if forced_pause is None else jnp.asarray(forced_pause, bool)
 
     def zeros() -> Any:
@@ -297,7 +299,7 @@ def _runner_pass(
     start_steps = paused_next & (c.multi_step > 0)
     pending = jnp.where(start_steps, pending + c.multi_step, pending)
     paused_next = paused_next & ~start_steps
-    world = world.end_of_step()
+    world = world._end_of_step_changes_only() if lean else world.end_of_step()
     if recreates:
         # gz-sim's ProcessRecreateEntities: a copy of each entity asked for, new in the next step,
         # and the original removed at its end (``each_removed`` reports it during that step)
@@ -427,6 +429,12 @@ def run(
         touched["reset"] = w2.control.reset is not w.control.reset
         touched["stop"] = w2.control.stop is not w.control.stop
         touched["recreate"] = w2.recreating is not w.recreating
+        # the arrays end_of_step settles: a run whose systems leave them all as they are (no
+        # entity created, removed, re-parented or pinned, no component created or removed) has
+        # nothing to settle after its first pass but change flags
+        touched["structure"] = any(
+            getattr(w2, k) is not getattr(w, k) for k in ("alive", "new", "removing", "parent", "generation", "pinned")
+        ) or any(w2.components[k].present is not c.present for k, c in w.components.items())
         return out
 
     outputs_shape = jax.eval_shape(probe, world, info)
@@ -434,6 +442,9 @@ def run(
     # conditional over the world copies every array it returns each pass (10,000 entities: ~3x the
     # pass itself); requests made before the run are handled once, around the loop
     can_reset, can_stop = touched["reset"], touched["stop"]
+    # (ECS stepping speed, issue #38 item 9: per-entity bookkeeping arrays are written only when a
+    # step can change them; 10,000 moving entities: 19.4 -> 10.5 ms for 1,000 steps)
+    lean = not touched["structure"] and not can_reset and not touched["recreate"]
     if num_steps == 0:
         empty = jax.tree_util.tree_map(lambda sd: jnp.zeros((0,) + sd.shape, sd.dtype), outputs_shape)
         return given, info, empty
@@ -442,10 +453,10 @@ def run(
         lead = () if n is None else (n,)
         return jax.tree_util.tree_map(lambda sd: jnp.zeros(lead + sd.shape, sd.dtype), outputs_shape)
 
-    def one_pass(w: World, i: UpdateInfo, r: RunnerState, p: Any, resets: bool) -> Any:
+    def one_pass(w: World, i: UpdateInfo, r: RunnerState, p: Any, resets: bool, lean_pass: bool = lean) -> Any:
         forced = p if schedule is not None else None
         w2, i2, r2, out = _runner_pass(
-            w, i, r, systems, step_ns, initial, forced, outputs_shape, resets, touched["recreate"]
+            w, i, r, systems, step_ns, initial, forced, outputs_shape, resets, touched["recreate"], lean_pass
         )
         return (w2, i2, r2), out
 
@@ -458,10 +469,12 @@ def run(
     xs = schedule if schedule is not None else jnp.zeros((num_steps,), bool)
 
     def run_all(carry: Any) -> Any:
-        if entry_reset and not can_reset:
-            # the first pass may be the reset pass asked for before the run: that pass alone decides
+        # the first pass on its own: it may be the reset pass asked for before the run (that pass alone
+        # decides), or settle what was asked on the world before the run (removals, new entities) for
+        # the lean passes after it
+        if (entry_reset and not can_reset) or (lean and not carry[0]._settled()):
             w0, i0, r0 = carry
-            carry, first = one_pass(w0, i0, r0, xs[0], True)
+            carry, first = one_pass(w0, i0, r0, xs[0], can_reset or entry_reset, False)
             carry, rest = jax.lax.scan(body, carry, xs[1:])
             return carry, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
         return jax.lax.scan(body, carry, xs)

@@ -848,6 +848,21 @@ class World(eqx.Module):
         )
 
     # ----- end of step ------------------------------------------------------------------------
+    def _end_of_step_changes_only(self) -> World:
+        """`end_of_step` for a world whose entities and component presence no step changes (the
+        runner's lean pass, see `ecs.run`): removal requests, new flags, parents, generations and pins
+        are already settled, so only the change flags are cleared."""
+        comps = {k: Column(c.data, c.present, jnp.zeros_like(c.changed)) for k, c in self.components.items()}
+        return dataclasses.replace(self, components=comps)
+
+    def _settled(self) -> bool:
+        """Known (not traced) to have nothing for `end_of_step` to settle but change flags: no removal
+        request, no new entity, no component of a dead slot."""
+        arrays = [self.removing, self.new, *(c.present & ~self.alive for c in self.components.values())]
+        if any(isinstance(a, jax.core.Tracer) for a in arrays):
+            return False
+        return not any(bool(np.asarray(a).any()) for a in arrays)
+
     def end_of_step(self) -> World:
         """Clear *new* and the change flags, carry out removal requests, drop components of removed
         entities and advance the generation of the freed slots (the order of gz-sim's
