@@ -783,7 +783,14 @@ class World(eqx.Module):
                     f"World.apply: fn's value for component {name!r} has per-entity shape {value.shape[1:]}; the "
                     f"component has shape {col.data.shape[1:]}."
                 )
-            world = world.set_column(name, value, where=mask, periodic=periodic)
+            if name in names:
+                # (the mask implies the component: its presence is unchanged, the same array, so the
+                # runner sees a step that adds no component; see ecs.run's lean passes)
+                m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
+                data = jnp.where(m, value.astype(col.data.dtype), col.data)
+                world = world._with_column(name, Column(data, col.present, _mark(col.changed, mask, periodic)))
+            else:
+                world = world.set_column(name, value, where=mask, periodic=periodic)
         return world
 
     # ----- world control (applied by the runner at the end of the step) ---------------------------
