@@ -302,24 +302,26 @@ class ImplicitEulerIntegrator(_ImplicitBase):
             counts = _stats(c_full, c_est, estimator_evals=1)
             evals = 1 + c_full[0] + c_full[1] + c_est[0] + c_est[1]
             return x1, x1 - x_tr, ok & ok_tr, cache, counts, evals
-        # step doubling: two half steps from x, the second from the first's result
+        # step doubling: two half steps from x, the second from the first's result (one scan of two
+        # solves: the Newton iteration appears once in the program for both halves, not twice)
         half = 0.5 * h
-        th = t + half
 
-        def residual_half1(z: Array) -> Array:
-            return z - x - half * f(th, z)
+        def half_step(carry: Any, k: Array) -> tuple[Any, tuple[Array, Array]]:
+            base, cache_ = carry
+            tk = t + half * (k + 1).astype(half.dtype)
 
-        xm, ok1, cache, c_h1 = self._solve(residual_half1, x, cache, 1, h, jac, scale)
+            def residual_half(z: Array) -> Array:
+                return z - base - half * f(tk, z)
 
-        def residual_half2(z: Array) -> Array:
-            return z - xm - half * f(t1, z)
+            z, ok_k, cache_, c_k = self._solve(residual_half, base, cache_, 1, h, jac, scale)
+            return (z, cache_), (ok_k, c_k)
 
-        x2, ok2, cache, c_h2 = self._solve(residual_half2, xm, cache, 1, h, jac, scale)
-        c_est = c_h1 + c_h2
+        (x2, cache), (oks, cs) = jax.lax.scan(half_step, (x, cache), jnp.arange(2, dtype=jnp.int32))
+        c_est = cs[0] + cs[1]
         counts = _stats(c_full, c_est)
         evals = c_full[0] + c_full[1] + c_est[0] + c_est[1]
         x_kept = 2.0 * x2 - x1 if self.extrapolate else x2
-        return x_kept, x1 - x2, ok & ok1 & ok2, cache, counts, evals
+        return x_kept, x1 - x2, ok & oks[0] & oks[1], cache, counts, evals
 
 
 class Radau1Integrator(ImplicitEulerIntegrator):
