@@ -659,7 +659,8 @@ def _simulate_body(
     if plan is not None:
         _pending_flags(program, pending_witness_events)  # (checked: a system without witnesses)
         scan_events = events[:5] + (updates_at_start, events[5]) if program else None
-        raw = FixedStepScan(run, *plan, scan_events).simulate()
+        n_plan, idx_plan, exact_plan = plan
+        raw = FixedStepScan(run, n_plan, idx_plan, exact_plan, scan_events).simulate()
     else:
         events0: EventCarry | tuple[()] = ()
         if program:
