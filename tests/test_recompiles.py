@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -198,3 +200,45 @@ def test_repeated_call_path_keeps_every_value_check():
     np.testing.assert_array_equal(
         np.asarray(r.context.get_continuous_state_vector()), np.asarray(ref.context.get_continuous_state_vector())
     )
+
+
+_COMPILES: list[str] = []
+_COUNTING = [False]
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, duration, **kw: _COMPILES.append(name) if _COUNTING[0] else None
+)
+
+
+def test_eager_derivatives_go_through_the_compiled_entry():
+    """An eager ``jax.grad`` / ``jax.hessian`` / ``jax.vmap`` of a function that simulates (state or
+    parameters traced, the time known) runs the cached compiled entry, which JAX differentiates or
+    batches as one program: the run is traced once for all these calls (before, each call traced the
+    run op by op: every loop compiled on its own, each time). Values equal the jitted transformations
+    and the closed form of x' = -a x (d x(T)/d a = -T x0 exp(-a T), its second derivative T^2 x0 exp(-a T))."""
+    s = Decay()
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-12)
+    ctx = s.create_default_context()
+
+    def final(a):
+        return js.simulate(
+            s, ctx.with_numeric_parameter(0, jnp.stack([a])), 2.0, integ
+        ).context.get_continuous_state_vector()[0]
+
+    final(1.0)
+    n = traces()
+    g = jax.grad(final)(1.5)
+    h = jax.hessian(final)(1.5)
+    v = jax.vmap(final)(jnp.array([0.5, 1.0, 1.5]))
+    _COMPILES.clear()
+    _COUNTING[0] = True
+    try:
+        g2 = jax.grad(final)(1.7)  # a repeated eager gradient compiles nothing (op by op: each loop anew)
+    finally:
+        _COUNTING[0] = False
+    assert not [e for e in _COMPILES if "backend_compile" in e], _COMPILES
+    assert traces() == n  # (the compiled entry's trace is reused by every transformation)
+    np.testing.assert_allclose(float(g), -2.0 * np.exp(-3.0), rtol=1e-9)
+    np.testing.assert_allclose(float(g2), -2.0 * np.exp(-3.4), rtol=1e-9)
+    np.testing.assert_allclose(float(h), 4.0 * np.exp(-3.0), rtol=1e-7)
+    np.testing.assert_allclose(np.asarray(v), np.exp(-2.0 * np.array([0.5, 1.0, 1.5])), rtol=1e-10)
+    np.testing.assert_allclose(float(jax.jit(jax.grad(final))(1.5)), float(g), rtol=1e-13)
