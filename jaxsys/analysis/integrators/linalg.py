@@ -1,7 +1,8 @@
 """The implicit integrators' linear algebra: dense, or banded for large systems whose Jacobian is banded.
 
 An implicit step factors matrices ``alpha I - beta J`` (J the Jacobian of the vector field) and solves
-with them. `DENSE` keeps J as an n x n matrix (``jax.jacfwd``, LAPACK's LU with partial pivoting).
+with them. `DENSE` keeps J as an n x n matrix (``jax.jacfwd``; LAPACK's LU with partial pivoting, or up to
+`SMALL_N` states the inverse, see there).
 `BandedAlgebra` (``jacobian_bandwidth=(kl, ku)`` on an implicit integrator) keeps J in *row-band* form,
 ``R[i, c] = J[i, i - kl + c]`` (n x (kl + ku + 1)): the Jacobian costs kl + ku + 1 forward-mode
 directional derivatives (columns that share no row are evaluated together: Curtis-Powell-Reid
