@@ -146,8 +146,8 @@ class Move(ecs.EcsSystem):
         )
 
 
-@pytest.mark.parametrize("jitted", [False, True])
-def test_requests_made_before_a_run_whose_systems_change_no_structure(jitted):
+@pytest.mark.parametrize("mode", ["eager", "jit", "vmap"])
+def test_requests_made_before_a_run_whose_systems_change_no_structure(mode):
     """Issue #38 item 9: a run whose systems create, remove, re-parent and pin nothing writes only the
     change flags at the end of its steps after the first; what was asked on the world before the run
     (an entity removed, one created) is still settled at the end of the first step, as gz-sim's
@@ -165,8 +165,16 @@ def test_requests_made_before_a_run_whose_systems_change_no_structure(jitted):
     w, late = w.create_entity()
     w = w.create_component(late, "pos", jnp.array([9.0, 9.0]))
     w = w.create_component(late, "vel", jnp.array([-1.0, 0.0]))
-    run = (lambda w: ecs.run(w, [Move()], 4)) if not jitted else jax.jit(lambda w: ecs.run(w, [Move()], 4))
-    out_world, _, (rows,) = run(w)
+    if mode == "vmap":
+        # two worlds in a batch, the second moving twice as fast: the first member is checked below
+        w2 = w.set_column("vel", 2.0 * w.column("vel"))
+        batch = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), w, w2)
+        out, _, (rows2,) = jax.vmap(lambda w: ecs.run(w, [Move()], 4))(batch)
+        np.testing.assert_allclose(out.components["pos"].data[1, int(ents[0]) % 4], [0.0 + 4.0, 0.0 + 8.0])
+        out_world, rows = jax.tree_util.tree_map(lambda a: a[0], out), rows2[0]
+    else:
+        run = (lambda w: ecs.run(w, [Move()], 4)) if mode == "eager" else jax.jit(lambda w: ecs.run(w, [Move()], 4))
+        out_world, _, (rows,) = run(w)
     # step 1: 4 with pos (3 + the new one), 1 new, 1 being removed (reported in its step), 4 moved
     # steps 2-4: 3 left, none new or removed, 3 moved
     np.testing.assert_array_equal(np.asarray(rows), [[4, 1, 1, 4], [3, 0, 0, 3], [3, 0, 0, 3], [3, 0, 0, 3]])

@@ -549,7 +549,7 @@ def _fit_least_squares(
     # alone: a column scaling by dvalue/du, exact to rounding, as jacfwd in u seeds that same factor),
     # so the covariance compiles nothing new; a factor that underflowed falls back to its own program
     r, jac_u = linearize(u, batch, measurements)
-    dv_du = np.asarray(jax.vmap(jax.grad(lambda ui, i: to_values(u.at[i].set(ui))[i]))(u, jnp.arange(len(names))))
+    dv_du = np.diag(np.asarray(jax.jacfwd(to_values)(u)))
     if np.all(np.isfinite(dv_du)) and np.all(np.abs(dv_du) > np.finfo(dv_du.dtype).tiny):
         r, jac_v = np.asarray(r), np.asarray(jac_u) / dv_du[None, :]
     else:
