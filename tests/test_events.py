@@ -478,3 +478,58 @@ def test_advance_to_the_current_time_performs_the_updates_due_now():
     sim.advance_to(0.25)
     assert float(sim.get_context().get_discrete_state(0)[0]) == 3.0  # 0.2 only (0.1 not repeated)
     assert sim.get_statistics()["num_discrete_updates"] == 3
+
+
+class _Stamped(js.LeafSystem):
+    """x <- x + 1 every 0.1 s from t = 0, failing once x reaches ``stop``; with ``callback`` the
+    update also reports each call through ``jax.debug.callback`` (a side effect)."""
+
+    stop: float = eqx.field(static=True)
+    callback: object = eqx.field(static=True)
+
+    def __init__(self, stop=1e9, callback=None, second_period=None):
+        super().__init__("stamped")
+        self.declare_discrete_state(1)
+        self.stop, self.callback = stop, callback
+        self.declare_periodic_discrete_update_event(0.1, 0.0, self.update)
+        if second_period is not None:
+            self.declare_periodic_publish_event(second_period, 0.0, lambda c: c.get_discrete_state(0))
+
+    def update(self, c, ds):
+        x = c.get_discrete_state(0)
+        if self.callback is not None:
+            jax.debug.callback(self.callback, c.get_time(), ordered=True)
+        status = js.EventStatus.failed_if(x[0] + 1.0 >= self.stop, "reached the stop", self)
+        return x + 1.0, status
+
+
+def test_discrete_only_runs_select_instead_of_branching_with_drake_results():
+    """A discrete-only run whose periodic events share one grid evaluates its updates unconditionally
+    and selects (`EventCollection.dense`); the results are Drake's: a final step off the grid does
+    not update, a failed update is not applied and stops the run, and a handler with a side effect
+    (a debug callback) is called only where its event is due (such a run branches)."""
+    from jaxsys.analysis.event_loop import EventProgram
+
+    plain = _Stamped()
+    assert EventProgram(plain, plain.create_default_context()).dense
+    two_grids = _Stamped(second_period=0.25)
+    assert not EventProgram(two_grids, two_grids.create_default_context()).dense
+    assert not EventProgram(Probe(), Probe().create_default_context()).dense  # continuous state
+    calls: list = []
+    noisy = _Stamped(callback=lambda t: calls.append(float(t)))
+    assert not EventProgram(noisy, noisy.create_default_context()).dense
+
+    run = jax.jit(lambda c, t: js.simulate(plain, c, t).context.get_discrete_state(0))
+    for t_final, expected in ((1.05, 11.0), (1.0, 10.0), (0.95, 10.0)):  # updates at 0, 0.1, ... < t_final
+        np.testing.assert_allclose(run(plain.create_default_context(), t_final), [expected])
+    batch = jax.vmap(lambda x0: run(plain.create_default_context().with_discrete_state(0, x0), 0.55))
+    np.testing.assert_allclose(batch(jnp.array([[0.0], [2.0]])), [[6.0], [8.0]])
+    stopping = _Stamped(stop=4.0)
+    r = js.simulate(stopping, stopping.create_default_context(), 1.05, throw=False)
+    status = r.simulator_status()
+    assert status.reason() == js.SimulatorStatusReason.EVENT_HANDLER_FAILED and "reached the stop" in status.message()
+    np.testing.assert_allclose(r.context.get_discrete_state(0), [3.0])  # the failed update not applied
+    np.testing.assert_allclose(r.context.get_time(), 0.3, atol=1e-12)
+    r = js.simulate(noisy, noisy.create_default_context(), 1.05)
+    np.testing.assert_allclose(r.context.get_discrete_state(0), [11.0])
+    np.testing.assert_allclose(calls, np.arange(11) * 0.1, atol=1e-12)  # not at the final step (1.05)

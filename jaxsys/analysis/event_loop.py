@@ -160,6 +160,20 @@ class EventProgram:
         for j, _ in self.guarded:
             self._reasons.append(self._guard_reason(j))
             self.guard_reasons.append(len(self._reasons) - 1)
+        # Every stop of the loop is an occurrence of every periodic event when the run has no
+        # continuous state (no integrator steps between events), no witnesses or timed events, and
+        # its periodic events share one grid: then the updates are due at (nearly) every step (not
+        # at a final step off the grid), and the handlers run unconditionally and select (see
+        # `EventCollection`'s ``dense``) instead of branching (unless a handler has side effects: see
+        # `_probe`).
+        grids = {_timing(e) for e in self.periodic}
+        self.dense = (
+            len(grids) == 1
+            and context.num_continuous_states() == 0
+            and not self.witnesses
+            and not self.timed
+            and not self.timed_leaves
+        )
         self._probe(context)
         self._frozen = True
 
@@ -220,14 +234,20 @@ class EventProgram:
         k = self.init_counters(context.get_time(), True, True)
         logs = self.allocate_logs(context, [1] * len(self.loop_publish))
 
-        def phases(ctx: Context, k: Array, logs: Any, flags: Array, gate: Array) -> None:
-            init = self.initialize(ctx)
-            self.pack(init[2])
+        def initialization(ctx: Context) -> None:
+            self.pack(self.initialize(ctx)[2])
+
+        def step(ctx: Context, k: Array, logs: Any, flags: Array, gate: Array) -> None:
             self.pack(self.updates(ctx, k, gate, flags)[4])
             self.pack(self.publishes(ctx, k, gate, logs, flags)[3])
 
+        jax.eval_shape(initialization, context)
         flags = jnp.ones((len(self.witnesses) + len(self.timed),), bool)
-        jax.eval_shape(phases, context, k, logs, flags, jnp.array(True))
+        jaxpr = jax.make_jaxpr(step)(context, k, logs, flags, jnp.array(True))
+        if jaxpr.effects:
+            # a handler with side effects (``jax.debug.callback``, ``io_callback``, ...) must not run
+            # where its event is not due: branch, as Drake dispatches only the due events
+            self.dense = False
 
     def fold_in(self, packed: Array, status: EventStatus) -> Array:
         """``packed`` with ``status`` folded in (first worst); unchanged when no handler can stop the
@@ -522,7 +542,9 @@ class EventProgram:
         )
         if u_events:
             act = self._mask(u_events, due, gate, witness_flags)
-            state, status = dispatch_unrestricted_with_status(self.system, context, EventCollection(u_events, act))
+            state, status = dispatch_unrestricted_with_status(
+                self.system, context, EventCollection(u_events, act, dense=self.dense)
+            )
             context = context.with_state(state)
             n_u = _applied(status)
         d_events = (
@@ -534,7 +556,9 @@ class EventProgram:
         if d_events:
             d_gate = gate if status.bound < FAILED else gate & (status.severity != FAILED)
             act = self._mask(d_events, due, d_gate, witness_flags)
-            values, d_status = dispatch_discrete_with_status(self.system, context, EventCollection(d_events, act))
+            values, d_status = dispatch_discrete_with_status(
+                self.system, context, EventCollection(d_events, act, dense=self.dense)
+            )
             context = context.with_discrete_state(values)
             n_d = _applied(d_status)
             status = status.keep_more_severe(d_status)
@@ -562,7 +586,9 @@ class EventProgram:
             t = context.get_time()
             due = self.due(k, t)
             act = self._mask(self.loop_publish, due, gate, witness_flags)
-            values, status = dispatch_publish_with_status(self.system, context, EventCollection(self.loop_publish, act))
+            values, status = dispatch_publish_with_status(
+                self.system, context, EventCollection(self.loop_publish, act, dense=self.dense)
+            )
             logs = tuple(_log_write(log, act[i], t, v) for i, (log, v) in enumerate(zip(logs, values)))
             k = self.advance(k, due, gate, kinds=(PUBLISH,))
             n_p = _applied(status)

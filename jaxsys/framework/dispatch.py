@@ -87,7 +87,7 @@ def _split(events: EventCollection, index: dict[int, int]) -> dict[int, EventCol
         if all(isinstance(a, (bool, np.bool_)) and a for a in act):
             out[li] = EventCollection(evs)
         else:
-            out[li] = EventCollection(evs, jnp.stack([jnp.asarray(a) for a in act]))
+            out[li] = EventCollection(evs, jnp.stack([jnp.asarray(a) for a in act]), dense=events.dense)
     return out
 
 

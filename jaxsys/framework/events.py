@@ -130,11 +130,19 @@ class EventCollection:
     ``active`` is None when every event is active (a concrete collection built by hand), else a
     boolean array, one entry per event, which may be traced: an overridden ``do_*`` handler should
     use ``jnp.where`` / ``lax.cond`` on `is_active` rather than Python ``if``.
+
+    ``dense`` (static) says the traced flags are true at (almost) every call, as for the simulator's
+    updates of a discrete-only system whose periodic events share one grid: the default handlers then
+    run each event's callback unconditionally and keep its result where active (``jnp.where``),
+    instead of branching with ``lax.cond``. The results are the same; XLA optimizes a large update
+    (a MuJoCo step) better outside a conditional's branch. A callback must then be safe to evaluate
+    when not active (it is anyway under ``vmap``, where a conditional evaluates both branches).
     """
 
-    def __init__(self, events: Sequence[Event] = (), active: Any = None) -> None:
+    def __init__(self, events: Sequence[Event] = (), active: Any = None, dense: bool = False) -> None:
         self._events = tuple(events)
         self._active = active
+        self.dense = bool(dense)
 
     def get_events(self) -> tuple[Event, ...]:
         """All events in the collection (active or not) (Drake: ``get_events``)."""

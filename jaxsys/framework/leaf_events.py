@@ -56,10 +56,13 @@ def _applied(status: EventStatus | None, new: Any, old: Any) -> Any:
     return jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), new, old)
 
 
-def _gated_call(active: Any, run: Callable[..., Any], operand: Any) -> tuple[Any, EventStatus | None]:
+def _gated_call(
+    active: Any, run: Callable[..., Any], operand: Any, dense: bool = False
+) -> tuple[Any, EventStatus | None]:
     """``run(operand) -> (result, status or None)`` where ``active``; else the operand unchanged (an
     update) or zeros (a publish, ``operand`` None) with a did-nothing status. A traced ``active`` is a
-    ``lax.cond``; the status's static parts are taken from the traced branch."""
+    ``lax.cond``, or with ``dense`` (see `EventCollection`) ``run`` unconditionally and a
+    ``jnp.where``; the status's static parts are taken from the traced call."""
     args = () if operand is None else (operand,)
     if isinstance(active, (bool, np.bool_)):
         if active:
@@ -68,6 +71,15 @@ def _gated_call(active: Any, run: Callable[..., Any], operand: Any) -> tuple[Any
             shape = jax.eval_shape(lambda: run()[0])
             return _zeros_like_shape(shape), None
         return operand, None
+    if dense:
+        result, status = run(*args)
+        other = _zeros_like_shape(jax.eval_shape(lambda: result)) if operand is None else operand
+        result = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), result, other)
+        if status is None:
+            return result, None
+        severity = jnp.where(active, jnp.asarray(status.severity, jnp.int32), jnp.zeros((), jnp.int32))
+        which = jnp.where(active, jnp.asarray(status.which, jnp.int32), jnp.full((), -1, jnp.int32))
+        return result, EventStatus(severity, which, status.reasons, status.bound, DID_NOTHING)
     box: dict[str, Any] = {}
 
     def yes(*a: Any) -> Any:
@@ -363,7 +375,7 @@ class LeafEvents(System):
             if isinstance(active, bool) and active:
                 value, status = run()
             else:
-                value, status = _gated_call(active, run, None)
+                value, status = _gated_call(active, run, None, events.dense)
             out.append(value)
             statuses.append(status)
         return _with_status(tuple(out), statuses)
@@ -393,7 +405,7 @@ class LeafEvents(System):
                 new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
                 return _applied(status, new, ds), status
 
-            ds, status = _gated_call(_unless_failed(active, statuses), run, ds)
+            ds, status = _gated_call(_unless_failed(active, statuses), run, ds, events.dense)
             statuses.append(status)
         return _with_status(ds, statuses)
 
@@ -416,7 +428,7 @@ class LeafEvents(System):
                 new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
                 return _applied(status, new, st), status
 
-            st, status = _gated_call(_unless_failed(active, statuses), run, st)
+            st, status = _gated_call(_unless_failed(active, statuses), run, st, events.dense)
             statuses.append(status)
         return _with_status(st, statuses)
 
