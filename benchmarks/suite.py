@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import equinox as eqx
@@ -951,10 +954,27 @@ def case_mujoco_humanoid(steps=1000):
 def case_mujoco_batch(n=1024, raw_baseline=True):
     """S10-batch: ``n`` randomized boxes sliding on a plane (mass and friction per member, discrete,
     300 MuJoCo steps with contacts): ``batch_simulate`` against ``jit(vmap(raw scan of mjx.step))``.
-    ``raw_baseline=False`` leaves the raw row out. 10,000 members are not a case here: on the 2-core CPU
-    this was measured on, the raw program hangs (XLA's CPU runtime asleep on a futex, no CPU used; with
-    10 steps too) and ``batch_simulate`` hangs the same way with 300 steps (it finishes with 10 steps,
-    5.8 s): to investigate (a GPU run is the case's real target)."""
+    ``raw_baseline=False`` leaves the raw row out. From ~4,096 members on a CPU, XLA's CPU runtime
+    hangs (asleep on a futex, no CPU used) on the raw program as on jaxsys's, unless its
+    concurrency-optimized scheduler is off (``XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false``,
+    read when JAX starts: a per-compilation option does not help); that flag costs the 1,024-member
+    case ~18 %, so the larger case (S10-batch-10000, ``--full``) runs in a child process with it."""
+    flag = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+    if n > 2048 and jax.devices()[0].platform == "cpu" and flag not in os.environ.get("XLA_FLAGS", ""):
+        env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + flag).strip())
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--only", f"S10-batch-{n}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = []
+        for line in out.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if line.startswith("| S10-batch") and len(cells) == 5:
+                rows.append((cells[1] + f" ({flag[2:]})", float(cells[2]), float(cells[3].split()[0]) / 1e3))
+        return f"S10-batch {n} randomized boxes, 300 steps", rows
     MujocoPlant, model_path, mjx = _mujoco()
     plant = MujocoPlant(model_path("box_on_plane"))
     base = plant.with_positions(plant.create_default_context(), jnp.array([0.0, 0.0, 0.1, 1.0, 0.0, 0.0, 0.0]))
@@ -1611,6 +1631,7 @@ def main() -> None:
     ]
     full_only = [
         ("S6-8192", lambda: case_batch(8192)),
+        ("S10-batch-10000", lambda: case_mujoco_batch(10_000)),
         ("S8h-1000", lambda: case_hetero(1000, grads=False, unrolled=False)),
         ("E2-1M", lambda: case_ecs_step(1_000_000, steps=100)),
     ]
