@@ -319,3 +319,24 @@ def test_an_unconnected_input_is_zero_but_an_upstream_error_is_raised():
     a1 = plant.get_output_port("generalized_acceleration").eval(plant.get_input_port(0).fix_value(alone, [0.0]))
     np.testing.assert_allclose(a0, a1, rtol=0, atol=1e-12)
     assert float(jnp.abs(a0).max()) > 0.1  # gravity acts
+
+
+def test_large_cpu_batches_of_mujoco_plants_warn_about_xlas_scheduler(monkeypatch):
+    """XLA's CPU runtime hangs on MJX batches from ~4,096 members with its concurrency-optimized
+    scheduler on (benchmarks/RESULTS.md, S10-batch-10000): batch_simulate says so before running, and
+    only then (small batches, the flag set, systems without a MuJoCo plant: no warning)."""
+    import warnings
+
+    from jaxsys.analysis.batch import _CPU_SCHEDULER_FLAG, _warn_cpu_scheduler
+    from jaxsys.examples import Pendulum
+
+    plant = MujocoPlant(model_path("box_on_plane"))
+    monkeypatch.setenv("XLA_FLAGS", "")
+    with pytest.warns(RuntimeWarning, match="xla_cpu_enable_concurrency_optimized_scheduler=false"):
+        _warn_cpu_scheduler(plant, 4096)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _warn_cpu_scheduler(plant, 2048)
+        _warn_cpu_scheduler(Pendulum(), 100_000)
+        monkeypatch.setenv("XLA_FLAGS", _CPU_SCHEDULER_FLAG)
+        _warn_cpu_scheduler(plant, 10_000)

@@ -19,6 +19,8 @@ Imports (within jaxsys): the framework's ``context``, ``errors``, ``system``; ``
 from __future__ import annotations
 
 import dataclasses
+import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -244,6 +246,29 @@ def shard_batch(
     return jax.device_put(padded, sharding), jax.device_put(mask, sharding), n_local
 
 
+_CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+
+def _warn_cpu_scheduler(system: System, n: int) -> None:
+    """Warn before a batch of ``n`` >= 4,096 members of a system with a MuJoCo plant runs on a CPU with
+    XLA's concurrency-optimized scheduler on: XLA's CPU runtime hangs there (asleep, no CPU used), the
+    raw ``vmap`` of ``mjx.step`` as well (measured: 2,048 box-on-plane members run, 4,096 hang)."""
+    if n < 4096 or _CPU_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "") or jax.default_backend() != "cpu":
+        return
+    from ..framework.dispatch import event_leaves
+
+    if not any(type(leaf).__name__ == "MujocoPlant" for leaf in event_leaves(system)):
+        return
+    warnings.warn(
+        f"batch_simulate: {n} members of a system with a MujocoPlant on a CPU: XLA's CPU runtime is known to "
+        f"hang on MJX batches this large (from ~4,096 members; the raw jax.vmap of mjx.step too) unless its "
+        f"concurrency-optimized scheduler is off. Start Python with XLA_FLAGS={_CPU_SCHEDULER_FLAG} (it must be "
+        f"set before JAX starts), or run smaller batches.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def batch_simulate(
     system: System,
     contexts: Context,
@@ -277,6 +302,7 @@ def batch_simulate(
     """
     system.validate_context(contexts)
     n_local = batch_size(contexts, "batch_simulate")
+    _warn_cpu_scheduler(system, n_local)
     if mesh is not None and axis_name is not None and axis_name not in mesh.axis_names:
         raise JaxsysError(
             f"batch_simulate: axis_name={axis_name!r} is not an axis of the mesh; its axes are "
