@@ -368,3 +368,41 @@ def test_bridge_refuses_plants_whose_events_it_would_skip():
         ecs.DiagramPhysics(d, "state")
     with pytest.raises(js.JaxsysError, match="witness functions"):
         ecs.DiagramPhysics(js.examples.BouncingBall(), "state")
+
+
+def test_row_select_is_where_bit_for_bit_and_differentiates_as_where():
+    """The ECS's row select (bitwise, for XLA's CPU vectorization) equals ``jnp.where`` with the row mask
+    broadcast, bit for bit (NaN, inf, -0.0 kept), for each dtype, and its derivatives are where's."""
+    from jaxsys.ecs.world import _select_rows
+
+    rng = np.random.default_rng(3)
+    mask = jnp.asarray(rng.random(7) < 0.5)
+    dtypes = [jnp.float32, jnp.float16, jnp.int32, jnp.int8, jnp.bool_]
+    dtypes += [jnp.float64] if jax.config.jax_enable_x64 else []
+    for dtype in dtypes:
+        new = jnp.asarray(rng.normal(size=(7, 3)) * 5).astype(dtype)
+        old = jnp.asarray(rng.normal(size=(7, 3)) * 5).astype(dtype)
+        if jnp.issubdtype(dtype, jnp.floating):
+            new = new.at[0, 0].set(jnp.nan).at[1, 1].set(-jnp.inf).at[2, 2].set(-0.0)
+            old = old.at[0, 1].set(jnp.nan).at[3, 0].set(jnp.inf).at[4, 2].set(-0.0)
+        want = jnp.where(mask[:, None], new, old)
+        got = jax.jit(_select_rows)(mask, new, old)
+        assert got.dtype == want.dtype
+        if jnp.issubdtype(dtype, jnp.floating):
+            bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[jnp.dtype(dtype).itemsize]
+            assert np.array_equal(np.asarray(got).view(bits), np.asarray(want).view(bits))
+        else:
+            assert np.array_equal(np.asarray(got), np.asarray(want))
+    new, old = jnp.asarray(rng.normal(size=(7, 2))), jnp.asarray(rng.normal(size=(7, 2)))
+    w = jnp.asarray(rng.normal(size=(7, 2)))
+
+    def loss(f):
+        return lambda a, b: jnp.sum(w * f(mask, a, b) ** 2)
+
+    where = lambda m, a, b: jnp.where(m[:, None], a, b)  # noqa: E731
+    for argnums in (0, 1):
+        np.testing.assert_allclose(
+            jax.grad(loss(_select_rows), argnums)(new, old), jax.grad(loss(where), argnums)(new, old), rtol=1e-15
+        )
+    batched = jax.vmap(_select_rows, in_axes=(None, 0, 0))(mask, jnp.stack([new, old]), jnp.stack([old, new]))
+    np.testing.assert_array_equal(batched[1], jnp.where(mask[:, None], old, new))

@@ -35,7 +35,7 @@ import numpy as np
 from jax import Array
 
 from ..framework.errors import JaxsysError
-from .world import NULL_ENTITY, Column, Control, World, WorldView, creating_as
+from .world import NULL_ENTITY, Column, Control, World, WorldView, _select_rows, creating_as
 
 
 USER_COMMANDS_PRIORITY = -16384
@@ -150,7 +150,9 @@ def _guarded(system: EcsSystem, before: World, after: World) -> World:
     required = system.required_components()
     if not required:
         return after
-    allowed = before.each(required) | (after.alive & ~before.alive)
+    allowed = before.each(required)
+    if after.alive is not before.alive:
+        allowed = allowed | (after.alive & ~before.alive)
     comps = {}
     for name, col in after.components.items():
         old = before.components[name]
@@ -167,7 +169,7 @@ def _kept_where(allowed: Array, new: Array, old: Array) -> Array:
     """``new`` where ``allowed`` (per entity), else ``old``; ``new`` itself when it is ``old``."""
     if new is old:
         return new
-    return jnp.where(allowed.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+    return _select_rows(allowed, new, old)
 
 
 def _owner_exists(system: EcsSystem, world: World) -> Array | None:

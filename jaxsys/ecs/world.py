@@ -128,6 +128,37 @@ class Column(eqx.Module):
     changed: Array
 
 
+_INT_OF_WIDTH = {1: jnp.int8, 2: jnp.int16, 4: jnp.int32, 8: jnp.int64}
+
+
+@jax.custom_jvp
+def _select_rows(mask: Array, new: Array, old: Array) -> Array:
+    """``new`` in the rows where ``mask`` (capacity,), else ``old``: ``jnp.where`` with the mask broadcast
+    over each row, computed as bitwise operations on the values' bits. XLA's CPU backend vectorizes a
+    ``select`` on a row mask poorly: a pass of ``pos += dt vel`` over 10,000 two-vector rows takes 2.2x
+    as long through ``jnp.where`` as without the mask, and less than without it through the bits
+    (issue #38 item 9). The derivative is ``jnp.where``'s."""
+    if new.dtype == jnp.bool_:
+        return jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+    width = jnp.dtype(new.dtype).itemsize
+    if jnp.issubdtype(new.dtype, jnp.complexfloating) or width not in _INT_OF_WIDTH:
+        return jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+    ints = _INT_OF_WIDTH[width]
+    bits = jnp.broadcast_to(jnp.where(mask, ints(-1), ints(0)).reshape((-1,) + (1,) * (new.ndim - 1)), new.shape)
+    a = jax.lax.bitcast_convert_type(new, ints) if new.dtype != ints else new
+    b = jax.lax.bitcast_convert_type(old, ints) if old.dtype != ints else old
+    out = (a & bits) | (b & ~bits)
+    return jax.lax.bitcast_convert_type(out, new.dtype) if new.dtype != ints else out
+
+
+@_select_rows.defjvp
+def _select_rows_jvp(primals: Any, tangents: Any) -> tuple[Array, Array]:
+    mask, new, old = primals
+    _, t_new, t_old = tangents
+    m = mask.reshape((-1,) + (1,) * (new.ndim - 1))
+    return _select_rows(mask, new, old), jnp.where(m, t_new, t_old)
+
+
 def _mark(changed: Array, where: Array, periodic: bool) -> Array:
     """Change flags raised to periodic (1) or one-time (2) where ``where`` (the stronger one wins)."""
     level = jnp.int8(1 if periodic else 2)
@@ -711,10 +742,11 @@ class World(eqx.Module):
                 f"(capacity {self.capacity} rows of {col.data.shape[1:]})."
             )
         mask = self.each([name]) if where is None else jnp.asarray(where, bool) & self.alive
-        m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
         # (rows of entities that have the component: their presence is unchanged)
         present = col.present if where is None else col.present | mask
-        new = Column(jnp.where(m, data.astype(col.data.dtype), col.data), present, _mark(col.changed, mask, periodic))
+        new = Column(
+            _select_rows(mask, data.astype(col.data.dtype), col.data), present, _mark(col.changed, mask, periodic)
+        )
         return self._with_column(name, new)
 
     def _with_column(self, name: str, col: Column) -> World:
@@ -786,8 +818,7 @@ class World(eqx.Module):
             if name in names:
                 # (the mask implies the component: its presence is unchanged, the same array, so the
                 # runner sees a step that adds no component; see ecs.run's lean passes)
-                m = mask.reshape((-1,) + (1,) * (col.data.ndim - 1))
-                data = jnp.where(m, value.astype(col.data.dtype), col.data)
+                data = _select_rows(mask, value.astype(col.data.dtype), col.data)
                 world = world._with_column(name, Column(data, col.present, _mark(col.changed, mask, periodic)))
             else:
                 world = world.set_column(name, value, where=mask, periodic=periodic)
