@@ -1542,6 +1542,48 @@ class _EcsMove(ecs.EcsSystem):
         return world.apply(["pos", "vel"], lambda p, v: p + 0.001 * v, outputs=["pos"])
 
 
+class _EcsCountChanged(ecs.EcsSystem):
+    """Reads change states: how many entities' ``pos`` changed this step (a PostUpdate output)."""
+
+    def post_update(self, info, view):
+        return jnp.sum(view.each_changed("pos"))
+
+
+class _EcsRecycler(ecs.EcsSystem):
+    """Creates and removes entities every step: removes the entity in slot ``k mod n`` and creates one
+    with ``pos`` and ``vel`` (the world stays full but one)."""
+
+    def pre_update(self, info, world):
+        slot = (info.iterations % world.capacity).astype(jnp.int32)
+        world = world.request_remove_entity(world.handles()[slot])
+        world, e = world.create_entity()
+        world = world.create_component(e, "pos", jnp.zeros(2, jnp.float32))
+        return world.create_component(e, "vel", jnp.ones(2, jnp.float32))
+
+
+def case_ecs_structural(n=10_000, steps=1000):
+    """Issue #38 item 9's other rows: steps whose systems read change states (every step's ``pos``
+    change marks counted in a PostUpdate), or create and remove an entity every step (the full
+    end-of-step bookkeeping), beside the Move system of E2, against E2's hand-written scan."""
+    models = {"pos": jnp.zeros(2, jnp.float32), "vel": jnp.zeros(2, jnp.float32)}
+    rng = np.random.default_rng(0)
+    pos = jnp.asarray(rng.random((n, 2)), jnp.float32)
+    vel = jnp.asarray(rng.random((n, 2)), jnp.float32)
+    hand = jax.jit(lambda p, v: jax.lax.scan(lambda q, _: (q + 0.001 * v, None), p, None, length=steps)[0])
+    rows = [("hand-written lax.scan of the move (E2's)", *timeit(hand, pos, vel, repeats=7))]
+    for label, systems, capacity in (
+        ("Move + a PostUpdate counting changed rows", [_EcsMove(), _EcsCountChanged()], n),
+        ("Move + a system creating and removing an entity each step", [_EcsRecycler(), _EcsMove()], n + 1),
+    ):
+        world = ecs.World.empty(capacity, models)
+        world, _ = world.create_entities(n, components={"pos": pos, "vel": vel})
+        world = world.end_of_step()
+        run = jax.jit(lambda w, s=systems: ecs.run(w, s, steps, step_size=0.001)[0].column("pos"))
+        r = timeit(run, world, repeats=7)
+        rows.append((f"ecs.run, {label} ({n * steps / r[1] / 1e6:,.0f} M entity-steps/s)", *r))
+    return f"E3 ECS steps that use the bookkeeping, {n:,} entities x {steps} steps (float32)", rows
+
+
 def case_ecs_build(n=2000, n_batch=10_000):
     """Issue #38 item 8: building a world. One entity at a time (create_entity + two create_component,
     eager, as the docs show; "compile" is the first entity) against create_entities with the
@@ -1628,6 +1670,7 @@ def main() -> None:
         ("S10-grad", case_mujoco_grad),
         ("E1", case_ecs_build),
         ("E2-10k", lambda: case_ecs_step(10_000)),
+        ("E3-10k", case_ecs_structural),
     ]
     full_only = [
         ("S6-8192", lambda: case_batch(8192)),

@@ -101,12 +101,20 @@ class _Browser:
         to_browser_r, self._to_browser = os.pipe()
         self._from_browser, from_browser_w = os.pipe()
 
-        def child_fds() -> None:
-            os.dup2(to_browser_r, 3)
-            os.dup2(from_browser_w, 4)
-
+        # (the browser reads fd 3 and writes fd 4: a fresh interpreter puts the pipe's ends there and
+        # execs it, so that no Python code runs between fork and exec in this multithreaded (JAX)
+        # process; dash's redirections take single-digit fds only)
+        place = (
+            "import os, sys; os.dup2(int(sys.argv[1]), 3); os.dup2(int(sys.argv[2]), 4); "
+            "os.execv(sys.argv[3], sys.argv[3:])"
+        )
         self._proc = subprocess.Popen(
             [
+                sys.executable,
+                "-c",
+                place,
+                str(to_browser_r),
+                str(from_browser_w),
                 executable,
                 "--headless=new",
                 "--remote-debugging-pipe",
@@ -119,8 +127,7 @@ class _Browser:
                 f"--window-size={width},{height}",
                 "about:blank",
             ],
-            preexec_fn=child_fds,  # noqa: PLW1509 - before the exec: no threads of ours are involved
-            close_fds=False,
+            pass_fds=(to_browser_r, from_browser_w),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

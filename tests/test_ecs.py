@@ -226,6 +226,43 @@ def test_required_component_filter():
     np.testing.assert_allclose(w.component(still, "pos"), [5.0, 5.0])  # untouched
 
 
+class ApplyMover(ecs.EcsSystem):
+    """Moves through `World.apply`; ``first``: writes every "pos" row before (the guard must still undo
+    that write for entities without "vel"); ``names``: the components its apply requires."""
+
+    requires: ClassVar[tuple[str, ...]] = ("pos", "vel")
+    first: bool = False
+    names: tuple[str, ...] = ("pos", "vel")
+
+    def update(self, info, world):
+        if self.first:
+            world = world.set_column("pos", world.column("pos") + 100.0)
+        if self.names == ("pos",):
+            return world.apply(["pos"], lambda p: p + 1.0)
+        return world.apply(["pos", "vel"], lambda p, v: p + info.dt * v, outputs=["pos"])
+
+
+@pytest.mark.parametrize("first, names", [(False, ("pos", "vel")), (True, ("pos", "vel")), (False, ("pos",))])
+def test_required_component_filter_with_apply(first, names):
+    """The guard of a system's writes is skipped for an apply whose mask lies inside it (the ECS's
+    stepping speed, issue #38 item 9), and only then: a write before the apply, or an apply that
+    does not require every required component, is still filtered."""
+    w = empty_world()
+    w, moving = w.create_entity()
+    w = w.create_component(moving, "pos", jnp.zeros(2)).create_component(moving, "vel", jnp.array([1.0, 0.0]))
+    w, still = w.create_entity()
+    w = w.create_component(still, "pos", jnp.array([5.0, 5.0]))
+    w, _, _ = ecs.run(w.end_of_step(), [ApplyMover(first=first, names=names)], 10, step_size=0.1)
+    want = {
+        (False, ("pos", "vel")): [1.0, 0.0],
+        (True, ("pos", "vel")): [1001.0, 1000.0],
+        (False, ("pos",)): [10.0, 10.0],
+    }
+    np.testing.assert_allclose(w.component(moving, "pos"), want[first, names], atol=1e-9)
+    np.testing.assert_allclose(w.component(still, "pos"), [5.0, 5.0])  # untouched
+    assert not bool(jnp.any(w.components["pos"].changed))  # (cleared at the step's end)
+
+
 class Cheater(ecs.EcsSystem):
     def post_update(self, info, view):
         return view._world  # tries to hand back a world

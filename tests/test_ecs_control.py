@@ -723,6 +723,34 @@ def test_recreate_restates_gz_recreate_component():
         assert int(jnp.sum(final.alive)) == 3
 
 
+class _CountPos(ecs.EcsSystem):
+    def post_update(self, info, view):
+        return jnp.stack([view.count(["pos"]), jnp.sum(view.each_new(["pos"]))])
+
+
+def test_recreate_requested_before_the_run_eager_and_traced():
+    """A recreation asked for on the world between runs is carried out before the run's first pass,
+    whether the world is known (eager) or traced (inside jit: decided at run time, and not paid for
+    when none was asked); without a request the world runs unchanged."""
+    w = ecs.World.empty(6, {"pos": jnp.zeros(2)})
+    w, ground = w.create_entity()
+    w, model = w.create_entity(parent=ground)
+    w = w.create_component(model, "pos", jnp.array([1.0, 2.0])).end_of_step()
+    asked = w.request_recreate(model)
+    for run in (lambda ww: ecs.run(ww, [_CountPos()], 2), jax.jit(lambda ww: ecs.run(ww, [_CountPos()], 2))):
+        final, _, (out,) = run(asked)
+        np.testing.assert_array_equal(out[:, 0], [2, 1])  # the copy, new, beside the original being removed
+        np.testing.assert_array_equal(out[:, 1], [1, 0])
+        assert not bool(final.exists(model)) and int(jnp.sum(final.alive)) == 2
+        copy = int(
+            final.handles()[np.flatnonzero((np.asarray(final.parent) == int(ground)) & np.asarray(final.alive))[0]]
+        )
+        np.testing.assert_array_equal(final.component(copy, "pos"), [1.0, 2.0])
+        final, _, (out,) = run(w)
+        np.testing.assert_array_equal(out[:, 0], [1, 1])
+        assert bool(final.exists(model))
+
+
 def test_a_false_pause_request_is_no_request():
     """Issue #36 item 9: a watchdog calling `world.request_pause(condition)` every step un-paused the world
     on the step after its condition held (a traced False meant "play"). False is no request now; play is

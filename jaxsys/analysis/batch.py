@@ -31,6 +31,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..framework.context import Context
+from ..framework.dispatch import event_leaves
 from ..framework.errors import JaxsysError
 from ..framework.ids import same_structure
 from ..framework.system import System
@@ -255,8 +256,6 @@ def _warn_cpu_scheduler(system: System, n: int) -> None:
     raw ``vmap`` of ``mjx.step`` as well (measured: 2,048 box-on-plane members run, 4,096 hang)."""
     if n < 4096 or _CPU_SCHEDULER_FLAG in os.environ.get("XLA_FLAGS", "") or jax.default_backend() != "cpu":
         return
-    from ..framework.dispatch import event_leaves
-
     if not any(type(leaf).__name__ == "MujocoPlant" for leaf in event_leaves(system)):
         return
     warnings.warn(

@@ -35,7 +35,7 @@ import numpy as np
 from jax import Array
 
 from ..framework.errors import JaxsysError
-from .world import NULL_ENTITY, Column, Control, World, WorldView, _select_rows, creating_as
+from .world import NULL_ENTITY, Column, Control, World, WorldView, _select_rows, creating_as, recording_writes
 
 
 USER_COMMANDS_PRIORITY = -16384
@@ -141,8 +141,11 @@ def _ordered(systems: Sequence[EcsSystem], phase: str) -> list[EcsSystem]:
     return [s for _, _, s in sorted(chosen, key=lambda t: (t[0], t[1]))]
 
 
-def _guarded(system: EcsSystem, before: World, after: World) -> World:
-    """Keep only changes to entities having the system's required components (or created by it)."""
+def _guarded(system: EcsSystem, before: World, after: World, writes: dict[int, tuple[Any, ...]] | None = None) -> World:
+    """Keep only changes to entities having the system's required components (or created by it).
+    ``writes``: the phase's `World.apply` writes (`recording_writes`); an array last written by an
+    ``apply`` whose mask required all the required components, computed from ``before``'s very
+    ``alive`` and ``present`` arrays, lies inside the guard's mask and is kept without a select."""
     if not isinstance(after, World):
         raise JaxsysError(
             f"{type(system).__name__} must return the World from its pre_update/update; got {type(after).__name__}."
@@ -153,15 +156,23 @@ def _guarded(system: EcsSystem, before: World, after: World) -> World:
     allowed = before.each(required)
     if after.alive is not before.alive:
         allowed = allowed | (after.alive & ~before.alive)
+
+    def inside(new: Array, old: Array) -> bool:
+        # (written once, by an apply into the phase's input array, on a mask inside the guard's)
+        entry = (writes or {}).get(id(new))
+        if entry is None or entry[0] is not new or entry[1] is not old or not set(required) <= entry[2]:
+            return False
+        alive, present = entry[3], entry[4]
+        return alive is before.alive and all(present.get(r) is before.components[r].present for r in required)
+
+    def kept(new: Array, old: Array) -> Array:
+        return new if inside(new, old) else _kept_where(allowed, new, old)
+
     comps = {}
     for name, col in after.components.items():
         old = before.components[name]
         # (what the phase did not touch is the very same array: no pass over it)
-        comps[name] = Column(
-            _kept_where(allowed, col.data, old.data),
-            _kept_where(allowed, col.present, old.present),
-            _kept_where(allowed, col.changed, old.changed),
-        )
+        comps[name] = Column(kept(col.data, old.data), kept(col.present, old.present), kept(col.changed, old.changed))
     return dataclasses.replace(after, components=comps)
 
 
@@ -193,7 +204,9 @@ def _run_phase(system: EcsSystem, phase: str, info: UpdateInfo, world: World) ->
     """``system``'s ``phase`` (pre_update, update: its changes kept to the entities it acts on; reset)."""
     if phase == "reset":
         return system.reset(info, world)
-    return _guarded(system, world, getattr(system, phase)(info, world))
+    with recording_writes() as writes:
+        after = getattr(system, phase)(info, world)
+    return _guarded(system, world, after, writes)
 
 
 def _phases(world: World, info: UpdateInfo, systems: Sequence[EcsSystem]) -> tuple[World, tuple[Any, ...]]:
@@ -481,8 +494,14 @@ def run(
             return carry, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
         return jax.lax.scan(body, carry, xs)
 
-    if _concrete_true(jnp.any(world.recreating)):
-        world = world.process_recreate()  # (asked for on the world before the run)
+    # (recreations asked for on the world before the run; a traced world is asked at run time: copying
+    # subtrees costs several passes over the slots, ~20 ms for 1,000,000 entities, not to be paid when
+    # none was asked for)
+    asked = jnp.any(world.recreating)
+    if isinstance(asked, jax.core.Tracer):
+        world = jax.lax.cond(asked, World.process_recreate, lambda w: w, world)
+    elif bool(asked):
+        world = world.process_recreate()
     carry0 = (world, info, rs)
     final: Any
     if entry_stop and not can_stop:
