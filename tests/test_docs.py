@@ -70,6 +70,12 @@ def test_the_site_builds_strictly(built_site):
     role = re.compile(r":(?:func|class|meth|mod|attr|data|obj|exc):`")
     literal = [str(p.relative_to(site)) for p in site.rglob("*.html") if role.search(p.read_text())]
     assert not literal, f"pages with literal Sphinx roles: {literal}"
+    # no LaTeX shown as text: the site loads no math renderer (nothing from third parties), so formulas
+    # are plain text
+    scripts = re.compile(r"<script.*?</script>", flags=re.S)  # (a notebook page's MathJax configuration)
+    tex = re.compile(r"\$\$|\\\[|\\frac|arithmatex")
+    latex = [str(p.relative_to(site)) for p in site.rglob("*.html") if tex.search(scripts.sub("", p.read_text()))]
+    assert not latex, f"pages with LaTeX no renderer draws: {latex}"
     # every internal link and anchor resolves (notebooks included; issue #41 item 3); the 404 page's
     # links are absolute, under the site's path (/jaxsys/ in this build)
     broken = _broken_links(site, root="/jaxsys/")

@@ -15,9 +15,10 @@ class CartPole(LeafSystem):
 
     θ = 0 hangs down (θ = π is upright); f pushes the cart (Underactuated Robotics, ch. 3):
 
-    $$ \ddot x = \frac{f + m_p \sin\theta (l \dot\theta^2 + g \cos\theta)}{m_c + m_p \sin^2\theta},\quad
-       \ddot\theta = \frac{-f\cos\theta - m_p l \dot\theta^2 \cos\theta\sin\theta - (m_c + m_p) g \sin\theta}
-                          {l (m_c + m_p \sin^2\theta)} $$
+    ```text
+    ẍ = (f + m_p sin θ (l θ̇² + g cos θ)) / (m_c + m_p sin² θ)
+    θ̈ = (−f cos θ − m_p l θ̇² cos θ sin θ − (m_c + m_p) g sin θ) / (l (m_c + m_p sin² θ))
+    ```
 
     - State: [x, θ, ẋ, θ̇] (num_q = 2, num_v = 2).
     - Numeric parameter 0: [m_c (kg), m_p (kg), l (m), g (m/s²)], default [1, 0.1, 0.5, 9.81].

@@ -16,7 +16,9 @@ class Pendulum(LeafSystem):
 
     Equations (θ from straight down, counter-clockwise positive):
 
-    $$ m l^2 \ddot\theta = \tau - b \dot\theta - m g l \sin\theta $$
+    ```text
+    m l² θ̈ = τ − b θ̇ − m g l sin θ
+    ```
 
     - State: x = [θ, θ̇] (num_q = 1, num_v = 1), in rad and rad/s; default [0, 0].
     - Numeric parameter 0: [m (kg), l (m), b (N·m·s), g (m/s²)], default [1, 1, 0.1, 9.81].
