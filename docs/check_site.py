@@ -137,7 +137,8 @@ class _Browser:
         self._answers: dict[int, queue.Queue[dict[str, Any]]] = {}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -233,6 +234,9 @@ class _Browser:
         except subprocess.TimeoutExpired:
             self._proc.kill()
         os.close(self._to_browser)
+        self._reader.join(timeout=5)  # (the browser gone, its end of the pipe reads empty)
+        if not self._reader.is_alive():
+            os.close(self._from_browser)
         shutil.rmtree(self._profile, ignore_errors=True)
 
 

@@ -530,6 +530,14 @@ def test_discrete_only_runs_select_instead_of_branching_with_drake_results():
     assert status.reason() == js.SimulatorStatusReason.EVENT_HANDLER_FAILED and "reached the stop" in status.message()
     np.testing.assert_allclose(r.context.get_discrete_state(0), [3.0])  # the failed update not applied
     np.testing.assert_allclose(r.context.get_time(), 0.3, atol=1e-12)
+    # the same through the Simulator (advance_to in pieces), in float32, and differentiated
+    sim = js.Simulator(plain, plain.create_default_context(jnp.float32))
+    sim.advance_to(0.55)
+    sim.advance_to(1.05)
+    x = sim.get_context().get_discrete_state(0)
+    assert x.dtype == jnp.float32 and float(x[0]) == 11.0
+    grad = jax.grad(lambda x0: run(plain.create_default_context().with_discrete_state(0, x0), 1.05)[0])
+    np.testing.assert_allclose(grad(jnp.array([2.0])), [1.0])  # x(1.05) = x0 + 11
     r = js.simulate(noisy, noisy.create_default_context(), 1.05)
     np.testing.assert_allclose(r.context.get_discrete_state(0), [11.0])
     np.testing.assert_allclose(calls, np.arange(11) * 0.1, atol=1e-12)  # not at the final step (1.05)
