@@ -189,6 +189,47 @@ def test_requests_made_before_a_run_whose_systems_change_no_structure(mode):
     assert int(jnp.sum(out_world.each_changed("pos"))) == 0
 
 
+def test_a_traced_world_decides_its_pending_requests_at_run_time():
+    """Issue #38 item 9: under ``jit`` whether a world was asked to reset, stop or re-create before the
+    run, or holds an unsettled removal, is known only at run time; the run decides it once, around the
+    whole run (the plain scan of passes when nothing is pending). Each case gives what the eager run
+    gives (gz-sim: a WorldControl reset or stop between steps; Recreate; a removal settled at the end of
+    the next step)."""
+    w = empty_world(6)
+    w, ground = w.create_entity()
+    ents = []
+    for k in range(3):
+        w, e = w.create_entity(parent=ground if k == 0 else ecs.NULL_ENTITY)
+        w = w.create_component(e, "pos", jnp.array([float(k), 0.0]))
+        w = w.create_component(e, "vel", jnp.array([1.0, 2.0]))
+        ents.append(e)
+    w = w.end_of_step()
+    moved, _, _ = ecs.run(w, [Move()], 2)
+    cases = {
+        "nothing": (moved, [[3, 0, 0, 3]] * 3),
+        "reset": (moved.request_reset(), [[0, 0, 0, 0], [3, 0, 0, 3], [3, 0, 0, 3]]),
+        "stop": (moved.request_stop(), [[0, 0, 0, 0]] * 3),
+        "removal": (moved.request_remove_entity(ents[1]), [[3, 0, 1, 3], [2, 0, 0, 2], [2, 0, 0, 2]]),
+        "recreate": (moved.request_recreate(ents[0]), [[4, 1, 1, 4], [3, 0, 0, 3], [3, 0, 0, 3]]),
+    }
+    jitted = jax.jit(lambda ww: ecs.run(ww, [Move()], 3, initial_world=w))
+    for name, (start, rows) in cases.items():
+        eager_world, eager_info, (eager_rows,) = ecs.run(start, [Move()], 3, initial_world=w)
+        world, info, (out,) = jitted(start)
+        np.testing.assert_array_equal(np.asarray(eager_rows), rows, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(out), rows, err_msg=name)
+        assert int(info.iterations) == int(eager_info.iterations), name
+        for a, b in zip(jax.tree_util.tree_leaves(world), jax.tree_util.tree_leaves(eager_world), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    # under vmap over worlds, one member asked to reset and one not: each run as on its own
+    batch = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), cases["nothing"][0], cases["reset"][0])
+    _, _, (out,) = jax.jit(jax.vmap(lambda ww: ecs.run(ww, [Move()], 3, initial_world=w)))(batch)
+    np.testing.assert_array_equal(np.asarray(out), [cases["nothing"][1], cases["reset"][1]])
+    # the moves themselves: 2 + 3 steps of 0.5 vel from the start, or 3 after the reset pass (2 moves)
+    np.testing.assert_allclose(jitted(moved)[0].component(ents[2], "pos"), [2.0 + 2.5, 5.0])
+    np.testing.assert_allclose(jitted(moved.request_reset())[0].component(ents[2], "pos"), [2.0 + 1.0, 2.0])
+
+
 def test_recursive_removal_and_capacity_error():
     w = empty_world(4)
     w, a = w.create_entity()

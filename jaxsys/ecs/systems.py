@@ -498,21 +498,49 @@ def run(
     # subtrees costs several passes over the slots, ~20 ms for 1,000,000 entities, not to be paid when
     # none was asked for)
     asked = jnp.any(world.recreating)
-    if isinstance(asked, jax.core.Tracer):
-        world = jax.lax.cond(asked, World.process_recreate, lambda w: w, world)
-    elif bool(asked):
-        world = world.process_recreate()
+
+    def general(carry: Any) -> Any:
+        w, i, r = carry
+        if isinstance(asked, jax.core.Tracer):
+            w = jax.lax.cond(asked, World.process_recreate, lambda w: w, w)
+        elif bool(asked):
+            w = w.process_recreate()
+        carry = (w, i, r)
+        if entry_stop and not can_stop:
+            # stopped before the run (a stop requested on the world): no pass runs
+            return jax.lax.cond(w.control.stopped, lambda c: (c, zeros(num_steps)), run_all, carry)
+        return run_all(carry)
+
     carry0 = (world, info, rs)
     final: Any
-    if entry_stop and not can_stop:
-        # stopped before the run (a stop requested on the world): no pass runs
-        final = jax.lax.cond(world.control.stopped, lambda c: (c, zeros(num_steps)), run_all, carry0)
+    pending = jnp.asarray(asked) | jnp.asarray(rs.rewind, bool) | jnp.asarray(world.control.stopped, bool)
+    if lean:
+        pending = pending | ~world._settled_array()
+    if isinstance(pending, jax.core.Tracer):
+        # a world traced under jit: whether anything was asked of it before the run is known only at run
+        # time. One conditional on that (a few reductions over the slots) around the whole run: each
+        # conditional over the world copies every array of it (~5 ms at 1,000,000 entities), so the run
+        # with nothing pending is the plain scan of passes
+        # (under vmap over worlds: the whole batch takes the general run if any member needs it, so the
+        # conditional stays one and does not become a select evaluating both runs)
+        final = jax.lax.cond(_any_member(pending), general, lambda c: jax.lax.scan(body, c, xs), carry0)
     else:
-        final = run_all(carry0)
+        final = general(carry0)
     (world, info_end, rs_end), outputs = final
     # a reset requested in the last pass is the next run's first pass
     control = dataclasses.replace(world.control, reset=jnp.asarray(rs_end.rewind, bool))
     return dataclasses.replace(world, control=control), info_end, outputs
+
+
+@jax.custom_batching.custom_vmap
+def _any_member(pred: jax.Array) -> jax.Array:
+    """``pred`` (a bool scalar); under ``vmap``, unbatched: whether it holds for any member."""
+    return pred
+
+
+@_any_member.def_vmap
+def _any_member_rule(axis_size: int, in_batched: Any, pred: jax.Array) -> tuple[jax.Array, bool]:
+    return _any_member(jnp.any(pred, axis=0) if in_batched[0] else pred), False
 
 
 def configure(world: World, systems: Sequence[EcsSystem]) -> World:

@@ -933,6 +933,11 @@ class World(eqx.Module):
         comps = {k: Column(c.data, c.present, jnp.zeros_like(c.changed)) for k, c in self.components.items()}
         return dataclasses.replace(self, components=comps)
 
+    def _settled_array(self) -> jax.Array:
+        """A bool scalar: nothing for `end_of_step` to settle but change flags (see `_settled`)."""
+        arrays = [self.removing, self.new, *(c.present & ~self.alive for c in self.components.values())]
+        return ~functools.reduce(jnp.logical_or, [jnp.any(a) for a in arrays])
+
     def _settled(self) -> bool:
         """Known (not traced) to have nothing for `end_of_step` to settle but change flags: no removal
         request, no new entity, no component of a dead slot."""
