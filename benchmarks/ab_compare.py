@@ -122,6 +122,41 @@ def cases(js):
     )
     lags = builder_chain(js, 300)
     out["S8 chain of 300 lags"] = (jit(lambda c: _final(js.simulate(lags[0], c, 10.0, lags[2]))), lags[1])
+    out.update(mujoco_cases(js))
+    return out
+
+
+def mujoco_cases(js):
+    """S10 (issue #39) where MuJoCo is installed: the discrete humanoid's 1,000 steps, and the
+    continuous MJCF acrobot's 1,000 RK4 steps differentiated with respect to a body mass."""
+    try:
+        mp = importlib.import_module(js.__name__ + ".multibody.mujoco_plant")
+        plant = js.MujocoPlant(mp.model_path("humanoid"))
+    except ImportError:
+        return {}
+    jit = eqx.filter_jit
+    u = 0.4 * np.random.default_rng(1).normal(size=plant.num_actuators())
+    ctx = plant.get_input_port("actuation").fix_value(plant.create_default_context(), u)
+    t_final = 1000 * plant.time_step
+    out = {
+        "S10 humanoid, 1,000 discrete steps": (
+            jit(lambda c: plant.get_positions(js.simulate(plant, c, t_final).context)),
+            ctx,
+        )
+    }
+    acro = js.MujocoPlant(mp.model_path("acrobot"), time_step=0.0)
+    ca = acro.with_positions(acro.create_default_context(), jnp.array([0.5, -0.3]))
+    ca = acro.get_input_port("actuation").fix_value(ca, jnp.array([0.4]))
+    rk4 = js.RungeKutta4Integrator(max_step_size=0.001, fixed_step_mode=True)
+    mass0 = acro.get_model_parameter(ca, "body_mass")
+
+    def elbow(m2):
+        c = acro.with_model_parameter(ca, "body_mass", mass0.at[2].set(m2))
+        return acro.get_positions(js.simulate(acro, c, 1.0, rk4).context)[1]
+
+    out["S10-grad acrobot, forward"] = (jax.jit(elbow), jnp.asarray(1.0))
+    out["S10-grad acrobot, jax.grad"] = (jax.jit(jax.grad(elbow)), jnp.asarray(1.0))
+    out["S10-grad acrobot, jax.jacfwd"] = (jax.jit(jax.jacfwd(elbow)), jnp.asarray(1.0))
     return out
 
 

@@ -123,6 +123,7 @@ class LoopSpec:
         self.max_steps = max_steps
         # (set by analysed)
         self.guarded = False
+        self.eqns = 0
         self.one_replay = False
         self.c_diff: list[int] = []
         self.bc_diff: list[int] = []
@@ -158,7 +159,8 @@ class LoopSpec:
         spec = copy.copy(self)
         jaxpr = jax.make_jaxpr(self.step)(cl, bc)
         spec.guarded = _has_side_effects(jaxpr)
-        spec.one_replay = count_eqns(jaxpr.jaxpr) > ONE_REPLAY_EQNS
+        spec.eqns = count_eqns(jaxpr.jaxpr)
+        spec.one_replay = spec.eqns > ONE_REPLAY_EQNS
         spec.bc_diff = [i for i, x in enumerate(bc) if bc_nonzero[i] and _is_inexact(x)]
         inexact = [_is_inexact(x) for x in cl]
         nz = [z and e for z, e in zip(c_nonzero, inexact)]
@@ -641,15 +643,18 @@ def _tangent_of(
     t: Array,
     dcl: list[Any],
     dbc: list[Any],
+    spec: LoopSpec | None = None,
 ) -> list[Any]:
     """The tangent of the loop's final carry (a list of leaves: ``loop_tangent`` for the leaves
     that can carry one, symbolic zeros for the others, so that an enclosing loop's analysis sees
-    them as such) from the start's and the consts' tangents."""
+    them as such) from the start's and the consts' tangents (``spec``: ``base`` analysed for them,
+    when already done)."""
 
     def nonzero(d: Any) -> bool:
         return not _is_symbolic_zero(d) and jnp.result_type(d) != jax.dtypes.float0
 
-    spec = base.analysed(cl, bc, [nonzero(d) for d in dcl], [nonzero(d) for d in dbc])
+    if spec is None:
+        spec = base.analysed(cl, bc, [nonzero(d) for d in dcl], [nonzero(d) for d in dbc])
     d_out = [_symbolic_zero(x) for x in cl]
     if spec.c_diff:
         lin = [dcl[i] for i in spec.c_diff] + [dbc[i] for i in spec.bc_diff]

@@ -24,6 +24,7 @@ from ..framework.event_status import FAILED
 from ..framework.events import SIMULTANEITY_RTOL, SIMULTANEITY_ULPS
 from .event_loop import EventProgram, get_rest, set_rest
 from .integrators.base import step_aux
+from .linearized import scan_linearized
 from .loops import Run
 from .recording import record_buffer, write_row
 from .results import STATUS_EVENT_FAILED, STATUS_NONFINITE, STATUS_OK, LoopOutput, make_statistics
@@ -172,8 +173,7 @@ class FixedStepScan:
         """``length`` steps from step index ``start``."""
         if length <= 0:
             return carry
-        idx = start + jnp.arange(length, dtype=jnp.int32)
-        return jax.lax.scan(lambda c, n: (self.step(c, n), None), carry, idx)[0]
+        return scan_linearized(self.step, carry, start, length)
 
     def simulate(self) -> LoopOutput:
         """The whole run, saving at the planned steps."""
