@@ -1039,10 +1039,20 @@ def case_mujoco_grad(steps=1000):
 
         return jax.lax.scan(step, jnp.array([0.5, -0.3, 0.0, 0.0]), None, length=steps)[0][1]
 
+    ts = jnp.linspace(0.01, steps * h, 100)
+
+    def loss(m2):
+        # a loss on a saved trajectory (100 rows), as fitting and trajectory optimization use
+        c = plant.with_model_parameter(ctx, "body_mass", mass0.at[2].set(m2))
+        return jnp.sum(js.simulate(plant, c, steps * h, integ, save_at=ts, record=plant.get_positions).ys ** 2)
+
     rows = [
         ("jaxsys forward", *timeit(jax.jit(final), 1.0, repeats=5)),
         ("jaxsys jax.grad (goal: within 5x forward)", *timeit(jax.jit(jax.grad(final)), 1.0, repeats=5)),
         ("jaxsys jax.jacfwd", *timeit(jax.jit(jax.jacfwd(final)), 1.0, repeats=5)),
+        ("jaxsys, a loss on 100 saved rows: forward", *timeit(jax.jit(loss), 1.0, repeats=5)),
+        ("jaxsys, a loss on 100 saved rows: jax.grad", *timeit(jax.jit(jax.grad(loss)), 1.0, repeats=5)),
+        ("jaxsys, a loss on 100 saved rows: jax.jacfwd", *timeit(jax.jit(jax.jacfwd(loss)), 1.0, repeats=5)),
         ("raw scan of RK4(mjx.forward), forward", *timeit(jax.jit(raw_final), 1.0, repeats=5)),
         ("raw scan of RK4(mjx.forward), jax.grad", *timeit(jax.jit(jax.grad(raw_final)), 1.0, repeats=5)),
     ]

@@ -85,3 +85,46 @@ def test_small_steps_and_many_directions_keep_jaxs_scan_derivative(batched, monk
     np.testing.assert_allclose(jax.grad(f)(P), jax.grad(closed)(P, 40.0), rtol=1e-12)
     monkeypatch.undo()
     assert not _uses_batched_sweep(jax.grad(f), P)  # (the default MIN_EQNS: this step is small)
+
+
+def run_saved(p, n, every):
+    """The relaxation with an output every ``every`` passes: (x, c * x) and the pass count (the
+    output reads a parameter: its cotangent reaches the consts)."""
+    a, b, x0, c = p[0], p[1], p[2], p[3]
+
+    def step(s, k):
+        return s + H * (a - b * s)
+
+    def output(s, k):
+        return {"x": s[0], "cx": c * s, "k": k}
+
+    final, ys = scan_linearized(step, jnp.stack([x0, 2 * x0]), 0, n, output=output, every=every)
+    return final[0], ys
+
+
+@pytest.mark.parametrize("n,every", [(40, 8), (42, 1), (36, 36)])
+def test_outputs_every_few_passes(batched, n, every):
+    """Saved rows (a loss on a trajectory): values, grad, jacfwd, the Hessian and vmap(grad) of a loss
+    on the rows and the final state equal the closed form's (x_j after passes (j+1) every)."""
+    p4 = jnp.concatenate([P, jnp.array([1.7])])
+    ks = every * jnp.arange(1, n // every + 1)
+
+    def loss(p):
+        final, ys = run_saved(p, n, every)
+        return final + jnp.sum(ys["x"] ** 2) + jnp.sum(jnp.sin(ys["cx"][:, 1]))
+
+    def exact(p):
+        xs = closed(p, ks)
+        x2 = closed(p.at[2].set(2 * p[2]), ks)
+        return closed(p, n) + jnp.sum(xs**2) + jnp.sum(jnp.sin(p[3] * x2))
+
+    final, ys = run_saved(p4, n, every)
+    np.testing.assert_array_equal(ys["k"], ks)
+    np.testing.assert_allclose(ys["x"], closed(p4, ks), rtol=1e-12)
+    assert _uses_batched_sweep(jax.grad(loss), p4)
+    g = jax.grad(exact)(p4)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(p4), g, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(jax.jacfwd(loss)(p4), g, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(jax.hessian(loss)(p4), jax.hessian(exact)(p4), rtol=1e-9, atol=1e-12)
+    ps = jnp.stack([p4, p4 * 1.2])
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss))(ps), jnp.stack([jax.grad(exact)(q) for q in ps]), rtol=1e-11)

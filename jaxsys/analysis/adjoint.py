@@ -446,6 +446,10 @@ class LoopSpec:
         cl, bcl, _, _, _, _ = self.split_res(res)
         return self.diff_of(cl, bcl)
 
+    def tangent_avals(self, res: list[Any]) -> list[Any]:
+        """The avals of ``loop_tangent``'s outputs: the final carry's differentiable leaves."""
+        return [_aval(res[i]) for i in self.c_diff]
+
 
 def count_eqns(jaxpr: Any) -> int:
     """The number of equations of ``jaxpr``, those of its sub-jaxprs (loop bodies, branches) included."""
@@ -500,8 +504,7 @@ def _tangent_impl(*args: Any, spec: LoopSpec) -> list[Array]:
 
 
 def _tangent_abstract(*args: Any, spec: LoopSpec) -> list[Any]:
-    cl = args[: spec.n_c]
-    return [_aval(cl[i]) for i in spec.c_diff]
+    return spec.tangent_avals(list(args[: spec.n_res]))
 
 
 def _linear_jvp(primitive: Callable[[], Any], second_order: Callable[..., list[Array]]) -> Callable[..., Any]:
@@ -543,8 +546,7 @@ def _tangent_transpose(cts: Any, *args: Any, spec: LoopSpec) -> list[Any]:
     res = list(args[: spec.n_res])
     lin = args[spec.n_res :]
     assert not any(ad.is_undefined_primal(x) for x in res)
-    cl = res[: spec.n_c]
-    cts = [_zeros(ct, _aval(cl[i])) for ct, i in zip(cts, spec.c_diff)]
+    cts = [_zeros(ct, a) for ct, a in zip(cts, spec.tangent_avals(res))]
     out = loop_adjoint_p.bind(*res, *cts, spec=spec)
     # (linear arguments known at transposition, zero tangents materialized, take no cotangent)
     return [None] * spec.n_res + [o if ad.is_undefined_primal(x) else None for o, x in zip(out, lin)]

@@ -222,12 +222,12 @@ class FixedStepScan:
         """Save times on a regular grid of ``m`` steps: an outer scan over save intervals of an inner
         scan of plain steps, recording once per interval (no per-step masked writes)."""
 
-        def interval(carry: Any, j: Array) -> tuple[Any, Any]:
-            carry = self.steps(carry, j * m, m)
-            n = (j + 1) * m
-            return carry, self.run.record(self.context_of(self.time_after(n), carry))
+        def record(carry: Any, n: Array) -> Any:
+            return self.run.record(self.context_of(self.time_after(n), carry))
 
-        carry, buf = jax.lax.scan(interval, carry0, jnp.arange(n_save, dtype=jnp.int32))
+        # (an outer scan over save intervals of an inner scan of steps when evaluated; differentiated,
+        # possibly by batched Jacobians: `linearized`)
+        carry, buf = scan_linearized(self.step, carry0, 0, n_save * m, output=record, every=m)
         return self.steps(carry, n_save * m, self.n_steps - n_save * m), buf
 
     def _save_masked(self, carry0: Any, n_save: int) -> tuple[Any, Any]:
