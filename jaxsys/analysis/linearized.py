@@ -276,6 +276,9 @@ def scan_linearized(
         return step(s[0], s[1]), s[1] + 1
 
     init = (carry, jnp.asarray(start, jnp.int32))
+    # (the functions below keep only closure-converted programs: never ``step`` or ``output``, which
+    # may hold a system that JAX's caches of the traced program would then keep alive)
+    has_out = output is not None
     body_c, b_consts = closure(body, init)
     nb = len(b_consts)
     consts = list(b_consts)
@@ -285,7 +288,7 @@ def scan_linearized(
     if output is not None:
         out_c, o_consts = closure(lambda s: output(s[0], s[1] - start), init)
         consts += o_consts
-        shapes = jax.eval_shape(lambda s: output(s[0], s[1] - start), init)
+        shapes = jax.make_jaxpr(lambda s: output(s[0], s[1] - start), return_shape=True)(init)[1]
         out_avals = [jax.core.ShapedArray(a.shape, a.dtype) for a in jax.tree_util.tree_leaves(shapes)]
         out_tree = jax.tree_util.tree_structure(shapes)
 
@@ -299,17 +302,17 @@ def scan_linearized(
     def spec_for(s0: Any, bc: list[Array], tangents: list[Any] | None) -> tuple[ScanSpec, list[Array], Any]:
         bc = [jnp.asarray(b) for b in bc]  # (a Python scalar closed over)
         body_p, bp, dbp = packed(body_all, bc, tangents)
-        out_p = packed(out_all, bc, tangents)[0] if output is not None else None
+        out_p = packed(out_all, bc, tangents)[0] if has_out else None
         spec = ScanSpec(body_p, s0, len(bp), length, out_p, every, out_avals)
         return spec, bp, dbp
 
     def finish(c_leaves: list[Array], ys: list[Array], tree: Any) -> Any:
         c = jax.tree_util.tree_unflatten(tree, c_leaves)
-        return c if output is None else (c, jax.tree_util.tree_unflatten(out_tree, ys))
+        return c if not has_out else (c, jax.tree_util.tree_unflatten(out_tree, ys))
 
     @jax.custom_jvp
     def run(s0: Any, bc: Any) -> Any:
-        spec = ScanSpec(body_all, s0, len(bc), length, out_all if output is not None else None, every, out_avals)
+        spec = ScanSpec(body_all, s0, len(bc), length, out_all if has_out else None, every, out_avals)
         cl, tree = jax.tree_util.tree_flatten(s0)
         return finish(*spec.primal(cl, list(bc)), tree)
 
