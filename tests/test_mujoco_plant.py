@@ -209,7 +209,6 @@ def test_gradient_wrt_body_mass_matches_finite_differences(mode):
             one = jnp.asarray(1.0, dtype)
             assert "jaxsys_loop_adjoint" in str(jax.make_jaxpr(jax.grad(loss))(one))
             g_loss = float(jax.grad(loss)(one))
-            np.testing.assert_allclose(g_loss, float(jax.jacfwd(loss)(one)), rtol=1e-10)
             fd_loss = float((loss(one + h) - loss(one - h)) / (2 * h))
             assert abs(g_loss - fd_loss) <= tol * max(1.0, abs(fd_loss)), (g_loss, fd_loss)
         if continuous:  # vmap over masses equals single runs
