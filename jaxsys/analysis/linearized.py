@@ -99,7 +99,6 @@ class ScanSpec(LoopSpec):
         self.n_out = length // every if out is not None else 0
         # (the outputs' leaves, one row each, and which are floating: those carry a tangent)
         self.out_avals = out_avals or []
-        self.out_tree: Any = None
         self.y_diff = [i for i, a in enumerate(self.out_avals) if _floating(a)]
 
     def __repr__(self) -> str:
