@@ -12,20 +12,6 @@ import sys
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-# One XLA compilation cache shared by this run's processes (the two workers, each notebook kernel and
-# example script: they inherit the variable), kept on disk for the run only. The suite compiles many
-# programs more than once: each test module's end drops JAX's in-memory caches (below), and the workers
-# and subprocesses compile what the others did (issue #40 item 7). Set unless the caller chose a cache.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-
-    _xla_cache = tempfile.mkdtemp(prefix="jaxsys-tests-xla-cache-")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _xla_cache
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-    atexit.register(shutil.rmtree, _xla_cache, ignore_errors=True)
-
 import jax  # noqa: E402
 
 

@@ -74,6 +74,12 @@ def test_batched_sweep_in_float32(batched):
         g = jax.jit(jax.grad(lambda p: run(p, 40)))(p)
         assert g.dtype == jnp.float32
         np.testing.assert_allclose(g, jax.grad(closed)(p, 40.0), rtol=2e-5)
+        # (with outputs every 8 passes: a loss on the rows)
+        p4 = jnp.concatenate([p, jnp.array([1.7], jnp.float32)])
+        ks = 8.0 * jnp.arange(1, 6, dtype=jnp.float32)
+        g = jax.jit(jax.grad(lambda q: jnp.sum(run_saved(q, 40, 8)[1]["x"] ** 2)))(p4)
+        assert g.dtype == jnp.float32
+        np.testing.assert_allclose(g, jax.grad(lambda q: jnp.sum(closed(q, ks) ** 2))(p4), rtol=2e-5, atol=1e-6)
 
 
 def test_small_steps_and_many_directions_keep_jaxs_scan_derivative(batched, monkeypatch):

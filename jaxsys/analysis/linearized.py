@@ -47,7 +47,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from .adjoint import LoopSpec, _is_symbolic_zero, _symbolic_zero, loop_tangent_p
-from .loops import _materialize, closure, packed
+from .loops import _materialize, closure, closure_and_shape, packed
 
 
 Array = jax.Array
@@ -285,9 +285,8 @@ def scan_linearized(
     out_tree: Any = None
     out_avals: list[Any] = []
     if output is not None:
-        out_c, o_consts = closure(lambda s: output(s[0], s[1] - start), init)
+        out_c, o_consts, shapes = closure_and_shape(lambda s: output(s[0], s[1] - start), init)
         consts += o_consts
-        shapes = jax.make_jaxpr(lambda s: output(s[0], s[1] - start), return_shape=True)(init)[1]
         out_avals = [jax.core.ShapedArray(a.shape, a.dtype) for a in jax.tree_util.tree_leaves(shapes)]
         out_tree = jax.tree_util.tree_structure(shapes)
 

@@ -202,7 +202,14 @@ def _is_symbolic_zero(x: Any) -> bool:
 
 
 def closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array]]:
-    """Closure conversion: ``fn_c(*args, *consts)`` equals ``fn(*args)``.
+    """Closure conversion: ``fn_c(*args, *consts)`` equals ``fn(*args)`` (see `closure_and_shape`)."""
+    fn_c, consts, _ = closure_and_shape(fn, *example)
+    return fn_c, consts
+
+
+def closure_and_shape(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], list[Array], Any]:
+    """Closure conversion: ``fn_c(*args, *consts)`` equals ``fn(*args)``; also the output's shapes
+    (a pytree of ``ShapeDtypeStruct``), from the same trace.
 
     Every tracer ``fn`` closes over is hoisted, integer ones included (``jax.closure_convert`` keeps
     those closed over: a traced integer bound of a loop, under ``grad`` of a ``jit``'d function,
@@ -224,7 +231,7 @@ def closure(fn: Callable[..., Any], *example: Any) -> tuple[Callable[..., Any], 
         out = jax.core.eval_jaxpr(closed.jaxpr, all_consts, *jax.tree_util.tree_leaves(args[: len(args) - n]))
         return jax.tree_util.tree_unflatten(out_tree, out)
 
-    return fn_c, [consts[i] for i in traced]
+    return fn_c, [consts[i] for i in traced], out_shape
 
 
 def packed(

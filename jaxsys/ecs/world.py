@@ -941,10 +941,8 @@ class World(eqx.Module):
     def _settled(self) -> bool:
         """Known (not traced) to have nothing for `end_of_step` to settle but change flags: no removal
         request, no new entity, no component of a dead slot."""
-        arrays = [self.removing, self.new, *(c.present & ~self.alive for c in self.components.values())]
-        if any(isinstance(a, jax.core.Tracer) for a in arrays):
-            return False
-        return not any(bool(np.asarray(a).any()) for a in arrays)
+        settled = self._settled_array()
+        return not isinstance(settled, jax.core.Tracer) and bool(settled)
 
     def end_of_step(self) -> World:
         """Clear *new* and the change flags, carry out removal requests, drop components of removed
