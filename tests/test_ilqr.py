@@ -216,3 +216,43 @@ def test_repeated_ilqr_reuses_its_compiled_programs():
     assert again.success and first.success
     assert np.all(np.abs(again.u) <= 1.0 + 1e-12)
     np.testing.assert_allclose(again.x[0], [-0.3, 2.0])
+
+
+class _Heavy(js.LeafSystem):
+    """A pendulum whose vector field is padded with 600 exactly-cancelling operations (so its jaxpr is
+    over ``ROLLED_STAGES_MIN_EQNS`` equations, as a MuJoCo plant's is), with one input."""
+
+    def __init__(self):
+        super().__init__("heavy")
+        self.declare_continuous_state(1, 1, 0)
+        self.declare_vector_input_port("u", 1)
+
+    def do_calc_time_derivatives(self, c):
+        q, v = c.get_continuous_state_vector()
+        pad = jnp.zeros_like(q)
+        for k in range(600):
+            pad = pad + jnp.sin(q * (k + 1)) * 0.0
+        return jnp.stack([v, -jnp.sin(q) + self.get_input_port(0).eval(c)[0] + pad])
+
+
+def test_large_dynamics_are_traced_once_per_step_with_the_same_values():
+    """Large dynamics (over ROLLED_STAGES_MIN_EQNS equations) evaluate RK4's four stages in a loop in
+    ``discrete_dynamics`` as in ``simulate``: the step's jaxpr holds the dynamics once, not four
+    times (what made iLQR through a MuJoCo plant compile twice as long), and gives the unrolled
+    step's values to rounding."""
+    from jaxsys.analysis.adjoint import count_eqns
+    from jaxsys.analysis.integrators.base import ROLLED_STAGES_MIN_EQNS, step_aux
+
+    plant = _Heavy()
+    ctx = plant.create_default_context().with_continuous_state(jnp.array([0.4, -0.2]))
+    x, u = ctx.get_continuous_state_vector(), jnp.array([0.3])
+    f_eqns = count_eqns(jax.make_jaxpr(plant.vector_field(plant.get_input_port(0).fix_value(ctx, u)))(0.0, x).jaxpr)
+    assert f_eqns > ROLLED_STAGES_MIN_EQNS
+    F = js.discrete_dynamics(plant, ctx, 0.05)
+    assert count_eqns(jax.make_jaxpr(F)(x, u).jaxpr) < 1.5 * f_eqns  # once, not 4 times
+    # the same step with the stages unrolled
+    c1 = plant.get_input_port(0).fix_value(ctx, u)
+    integ = js.RungeKutta4Integrator(max_step_size=0.05)
+    h = jnp.asarray(0.05)
+    unrolled = integ.attempt_step(plant.vector_field(c1), jnp.asarray(0.0), x, h, step_aux(plant, c1))[0]
+    np.testing.assert_allclose(np.asarray(F(x, u)), np.asarray(unrolled), rtol=1e-14, atol=1e-15)

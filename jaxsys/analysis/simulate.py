@@ -36,12 +36,17 @@ from ..framework.errors import JaxsysError
 from ..framework.event_status import REACHED_TERMINATION, EventStatus
 from ..framework.events import time_tolerance
 from ..framework.system import System
-from .adjoint import count_eqns
 from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, _applied, get_rest, has_events, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
 from .integrators import IntegratorBase, RungeKutta3Integrator
-from .integrators.base import step_aux
+from .integrators.base import (  # noqa: F401  (the thresholds, re-exported for tests)
+    ROLLED_STAGES_MIN_EQNS,
+    ROLLED_STAGES_MIN_UNITS,
+    _evaluation_units,
+    rolled_stages,
+    step_aux,
+)
 from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .options import DiscreteAdjoint, EventOptions, RecursiveCheckpointAdjoint, SaveAt, unpack_options
@@ -62,32 +67,6 @@ from .trajectory import DenseTrajectory
 
 
 Array = jax.Array
-
-# diagrams of more distinct evaluation units (see _evaluation_units) evaluate Runge-Kutta stages in a
-# loop, so that their dynamics are traced and compiled once per step
-ROLLED_STAGES_MIN_UNITS = 16
-# and dynamics of more equations than this (one evaluation's jaxpr) do too
-ROLLED_STAGES_MIN_EQNS = 2000
-
-
-def _evaluation_units(system: System) -> int:
-    """How many pieces of leaf code one derivative evaluation traces: the leaves evaluated one by one
-    plus one per group of identical leaves (evaluated together with one ``vmap``)."""
-    groups_of = getattr(system, "_groups", None)
-    if groups_of is None:
-        return 1
-    groups, _ = groups_of()
-    return len(system._flat().leaf_paths) - sum(len(g) for g in groups) + len(groups)
-
-
-def _large_dynamics(f: Callable[[Array, Array], Array], t: Array, x: Array) -> bool:
-    """Whether one evaluation of ``f`` is more than ``ROLLED_STAGES_MIN_EQNS`` equations (its jaxpr's,
-    sub-jaxprs included): such dynamics appear once per Runge-Kutta stage in an unrolled step, and
-    compiling them dominates (the MJX arm of examples/robot_arm_fitting.py, RK4, Gauss-Newton fit:
-    57 s unrolled, 23 s rolled, the same fit)."""
-    if x.shape[0] == 0:
-        return False
-    return count_eqns(jax.make_jaxpr(f)(t, x).jaxpr) > ROLLED_STAGES_MIN_EQNS
 
 
 def _default_record(context: Context) -> Array:
@@ -948,7 +927,7 @@ def _make_run(
     # loop so the dynamics are traced and compiled once (identical leaves are one vmap: their stages
     # stay unrolled, which runs faster for small dynamics).
     f = system.vector_field(context)
-    rolled = _evaluation_units(system) > ROLLED_STAGES_MIN_UNITS or _large_dynamics(f, t0, cs.x)
+    rolled = rolled_stages(system, f, t0, cs.x)
     aux = step_aux(system, context, rolled=rolled)
     aux["progress"] = (progress, progress.start(t0, t_final_arr))
     return Run(system, context, integrator, f, aux, record, cs.x, t0, t_final_arr, ts)

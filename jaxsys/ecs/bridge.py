@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from ..analysis.integrators import IntegratorBase, RungeKutta4Integrator
-from ..analysis.integrators.base import step_aux
+from ..analysis.integrators.base import rolled_stages, step_aux
 from ..framework.context import Context
 from ..framework.dispatch import all_events, timed_leaves
 from ..framework.errors import JaxsysError
@@ -80,10 +80,11 @@ class DiagramPhysics(EcsSystem):
             if u:
                 ctx = plant.get_input_port(0).fix_value(ctx, u[0])
             f = plant.vector_field(ctx)
-            # what every integrator may need besides f (semi-explicit Euler: the q/v split and N(q))
-            aux = step_aux(plant, ctx)
-
             x = jnp.asarray(x)
+            # what every integrator may need besides f (semi-explicit Euler: the q/v split and N(q));
+            # large dynamics (a MuJoCo plant) evaluate Runge-Kutta stages in a loop, as in `simulate`
+            rolled = rolled_stages(plant, f, jnp.asarray(t_start, x.dtype), x)
+            aux = step_aux(plant, ctx, rolled=rolled)
             if integrator.can_fail():
 
                 def sub_retry(k: int, x: Any) -> Any:

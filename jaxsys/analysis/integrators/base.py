@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from ...framework.errors import JaxsysError
+from ..adjoint import count_eqns
 
 
 Array = jax.Array
@@ -80,6 +81,39 @@ class SingleStepResult(NamedTuple):
     context: Any
     success: Array
     error_estimate: Array
+
+
+# diagrams of more distinct evaluation units (see _evaluation_units) evaluate Runge-Kutta stages in a
+# loop, so that their dynamics are traced and compiled once per step
+ROLLED_STAGES_MIN_UNITS = 16
+# and dynamics of more equations than this (one evaluation's jaxpr) do too
+ROLLED_STAGES_MIN_EQNS = 2000
+
+
+def _evaluation_units(system: Any) -> int:
+    """How many pieces of leaf code one derivative evaluation traces: the leaves evaluated one by one
+    plus one per group of identical leaves (evaluated together with one ``vmap``)."""
+    groups_of = getattr(system, "_groups", None)
+    if groups_of is None:
+        return 1
+    groups, _ = groups_of()
+    return len(system._flat().leaf_paths) - sum(len(g) for g in groups) + len(groups)
+
+
+def rolled_stages(system: Any, f: Callable[[Array, Array], Array], t: Array, x: Array) -> bool:
+    """Whether Runge-Kutta stages are evaluated in a loop (``step_aux``'s ``rolled``), so that the
+    dynamics are traced and compiled once per step instead of once per stage: for diagrams of more
+    than ``ROLLED_STAGES_MIN_UNITS`` distinct evaluation units, and for dynamics of more than
+    ``ROLLED_STAGES_MIN_EQNS`` equations (one evaluation of ``f``'s jaxpr, sub-jaxprs included: a MuJoCo
+    plant). Compiling such dynamics dominates: the MJX arm of examples/robot_arm_fitting.py, RK4,
+    Gauss-Newton fit, 57 s unrolled, 23 s rolled. Identical leaves are one ``vmap``: their stages stay
+    unrolled, which runs faster for small dynamics. Decided once per trace, in every loop that steps
+    (the simulation loops, iLQR's discretization, the ECS bridge)."""
+    if _evaluation_units(system) > ROLLED_STAGES_MIN_UNITS:
+        return True
+    if x.shape[0] == 0:
+        return False
+    return count_eqns(jax.make_jaxpr(f)(t, x).jaxpr) > ROLLED_STAGES_MIN_EQNS
 
 
 def step_aux(
