@@ -242,3 +242,54 @@ def test_eager_derivatives_go_through_the_compiled_entry():
     np.testing.assert_allclose(float(h), 4.0 * np.exp(-3.0), rtol=1e-7)
     np.testing.assert_allclose(np.asarray(v), np.exp(-2.0 * np.array([0.5, 1.0, 1.5])), rtol=1e-10)
     np.testing.assert_allclose(float(jax.jit(jax.grad(final))(1.5)), float(g), rtol=1e-13)
+
+
+@pytest.mark.parametrize("integ", ["error-controlled", "fixed"])
+def test_eager_vmap_over_contexts_batched_with_their_times_runs_one_compiled_program(integ):
+    """Contexts stacked whole (their times too) under an eager ``jax.vmap``: the run goes through the
+    compiled entry as well (the start time taken from each context), so a repeated call compiles
+    nothing (op by op it compiled ~100 small programs and the loop again, ~1.4 s a call, each call).
+    Each member equals its own single run, with events (a periodic update) and without:
+    error-controlled members starting at different times, fixed-step ones from one start time
+    (``start_time``: a traced time's fixed-step plan needs it, as under ``jit``) and different states."""
+    fixed = integ == "fixed"
+    integrator = (
+        js.RungeKutta4Integrator(max_step_size=0.01, fixed_step_mode=True)
+        if fixed
+        else js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-10)
+    )
+    starts = [0.25, 0.25, 0.25] if fixed else [0.0, 0.25, 0.5]
+    x0 = [1.0, 2.0, -0.5]
+    options = {"start_time": 0.25} if fixed else {}
+    for system in (Decay(), Sampled()):
+        ctxs = [
+            system.create_default_context().with_time(t0).with_continuous_state(jnp.array([x]))
+            for t0, x in zip(starts, x0)
+        ]
+        stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *ctxs)
+
+        def batched(c, system=system):
+            return jax.vmap(lambda cc: js.simulate(system, cc, 1.0, integrator, **options).context)(c)
+
+        out = batched(stacked)
+        n = traces()
+        _COMPILES.clear()
+        _COUNTING[0] = True
+        try:
+            again = batched(stacked)
+        finally:
+            _COUNTING[0] = False
+        assert not [e for e in _COMPILES if "backend_compile" in e], _COMPILES
+        assert traces() == n
+        for i, c in enumerate(ctxs):
+            single = js.simulate(system, c, 1.0, integrator).context
+            np.testing.assert_allclose(
+                np.asarray(out.get_continuous_state_vector()[i]),
+                np.asarray(single.get_continuous_state_vector()),
+                rtol=1e-12,
+                atol=1e-14,
+            )
+        np.testing.assert_array_equal(np.asarray(again.get_time()), np.ones(3))
+        if isinstance(system, Decay):  # x(1) = x0 exp(-(1 - t0))
+            want = np.array(x0) * np.exp(-(1.0 - np.array(starts)))
+            np.testing.assert_allclose(np.asarray(out.get_continuous_state_vector()[:, 0]), want, rtol=1e-9)
