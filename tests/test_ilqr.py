@@ -256,3 +256,11 @@ def test_large_dynamics_are_traced_once_per_step_with_the_same_values():
     h = jnp.asarray(0.05)
     unrolled = integ.attempt_step(plant.vector_field(c1), jnp.asarray(0.0), x, h, step_aux(plant, c1))[0]
     np.testing.assert_allclose(np.asarray(F(x, u)), np.asarray(unrolled), rtol=1e-14, atol=1e-15)
+
+
+def test_a_plant_without_exactly_one_vector_input_is_refused_before_compiling():
+    """The input to optimize must be the plant's one vector input port: a clear error naming the
+    system, at the call (not a trace error from inside the compiled solver)."""
+    bare = js.ConstantVectorSource([1.0])  # no input at all
+    with pytest.raises(js.JaxsysError, match="exactly one vector input port.*has 0"):
+        js.ilqr(bare, bare.create_default_context(), 1.0, 5, lambda x, u: u @ u, lambda x: 0.0)

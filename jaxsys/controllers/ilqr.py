@@ -104,6 +104,18 @@ def _box_gains(Quu: Array, Qu: Array, Qux: Array, lo: Array, hi: Array, iteratio
     return K, k
 
 
+def _control_port(system: System, caller: str) -> Any:
+    """The plant's one vector input port (the input to optimize), or a clear error."""
+    ports = [system.get_input_port(i) for i in range(system.num_input_ports())]
+    ports = [p for p in ports if not p.is_abstract()]
+    if len(ports) != 1:
+        raise JaxsysError(
+            f"{caller}: the plant needs exactly one vector input port (the input to optimize); System "
+            f"{system.get_system_id_string()} has {len(ports)}."
+        )
+    return ports[0]
+
+
 def discrete_dynamics(
     system: System, context: Context, h: float, integrator: IntegratorBase | None = None, substeps: int = 1
 ) -> Callable[[Array, Array], Array]:
@@ -113,14 +125,7 @@ def discrete_dynamics(
     inputs and the parameters of ``context`` (Drake: ``DiscreteTimeApproximation`` of a nonlinear
     system). The map ``ilqr`` optimizes over and ``ilqr_solve`` takes; pure, so ``jax.jacfwd``,
     ``jax.vmap`` and ``jit`` apply."""
-    ports = [system.get_input_port(i) for i in range(system.num_input_ports())]
-    ports = [p for p in ports if not p.is_abstract()]
-    if len(ports) != 1:
-        raise JaxsysError(
-            f"discrete_dynamics: the plant needs exactly one vector input port (the input to optimize); System "
-            f"{system.get_system_id_string()} has {len(ports)}."
-        )
-    port = ports[0]
+    port = _control_port(system, "discrete_dynamics")
     integ = integrator or RungeKutta4Integrator(max_step_size=h / substeps)
     dt = h / substeps
     # large dynamics (a MuJoCo plant) evaluate the Runge-Kutta stages in a loop, as in `simulate`: one
@@ -443,12 +448,9 @@ def ilqr(
     if N < 1 or not float(T) > 0:
         raise JaxsysError(f"ilqr: need num_steps >= 1 and T > 0; got num_steps={num_steps}, T={T}.")
     h = float(T) / N
-    F = discrete_dynamics(system, context, h, integrator, substeps)
     x0 = context.get_continuous_state_vector()
     dtype = x0.dtype
-    m = [p for p in (system.get_input_port(i) for i in range(system.num_input_ports())) if not p.is_abstract()][
-        0
-    ].size()
+    m = _control_port(system, "discrete_dynamics").size()
     u = jnp.zeros((N, m), dtype) if u_init is None else jnp.broadcast_to(jnp.asarray(u_init, dtype), (N, m))
     lo, hi = _input_box(u_lower, u_upper, m, dtype)
     if bool(jnp.any(lo > hi)):
@@ -475,6 +477,7 @@ def ilqr(
         # Hessian-vector products along a constant push, a ramp, random directions, and a few power
         # iterations (the dominant eigendirection), over the inputs not at a bound.
         free = ((u > lo) & (u < hi)).astype(dtype)
+        F = discrete_dynamics(system, context, h, integrator, substeps)
         rollout, total_cost, _ = _ilqr_functions(F, rc, fc, h, lo, hi)
 
         def total(v: Array) -> Array:
