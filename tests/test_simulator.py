@@ -533,7 +533,7 @@ def _distinct_lag(i):
 def _rolled_chain(with_events):
     """A chain of ROLLED_STAGES_MIN_UNITS + 1 lags of distinct code (so Runge-Kutta stages are
     rolled), fed by a constant; with ``with_events`` a sampled-feedback leaf beside it."""
-    from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_UNITS
+    from jaxsys.analysis.integrators.base import ROLLED_STAGES_MIN_UNITS
 
     b = js.DiagramBuilder()
     if with_events:
@@ -552,7 +552,7 @@ def test_first_same_as_last_in_the_rolled_stages_of_a_large_diagram(cls):
     # and a stale first stage (the run's start, each update) is evaluated by that loop, so the vector
     # field is traced once per step. The run must equal the evaluate-every-stage run to the last bit,
     # with one fresh first stage per update, in plain and dense runs.
-    from jaxsys.analysis.simulate import ROLLED_STAGES_MIN_UNITS, _evaluation_units
+    from jaxsys.analysis.integrators.base import ROLLED_STAGES_MIN_UNITS, _evaluation_units
 
     d = _rolled_chain(True)
     ctx = d.create_default_context()

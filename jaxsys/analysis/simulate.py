@@ -40,13 +40,7 @@ from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, _applied, get_rest, has_events, set_rest
 from .fixed_step import FixedStepScan, plan_fixed_steps
 from .integrators import IntegratorBase, RungeKutta3Integrator
-from .integrators.base import (  # noqa: F401  (the thresholds, re-exported for tests)
-    ROLLED_STAGES_MIN_EQNS,
-    ROLLED_STAGES_MIN_UNITS,
-    _evaluation_units,
-    rolled_stages,
-    step_aux,
-)
+from .integrators.base import rolled_stages, step_aux
 from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .options import DiscreteAdjoint, EventOptions, RecursiveCheckpointAdjoint, SaveAt, unpack_options
