@@ -4,6 +4,7 @@
     python benchmarks/gpu.py --quick      # small sizes: checks the script on a CPU in a minute or two
     python benchmarks/gpu.py --write      # also writes the "gpu table" block of benchmarks/RESULTS.md
     python benchmarks/gpu.py --x64        # float64 (default float32, what GPU batches usually run)
+    python benchmarks/gpu.py --only stiff,mujoco   # some cases: fixed, error, stiff, mujoco
 
 Rows (each a ratio against the first row of its case, measured side by side in this process):
 - batches of 1k / 10k / 100k pendulums, fixed-step RK4 (h = 1e-3, 10 s): ``batch_simulate`` against a
@@ -33,7 +34,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes (a CPU check of the script)")
     ap.add_argument("--write", action="store_true", help="write the table into benchmarks/RESULTS.md")
     ap.add_argument("--x64", action="store_true", help="float64 (default float32)")
+    ap.add_argument(
+        "--only",
+        default="fixed,error,stiff,mujoco",
+        help="comma-separated cases: fixed (fixed-step batches), error (error-controlled batches), stiff, mujoco",
+    )
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    unknown = only - {"fixed", "error", "stiff", "mujoco"}
+    if unknown:
+        ap.error(f"--only: unknown case(s) {sorted(unknown)}; choose from fixed, error, stiff, mujoco")
 
     import jax
     import jax.numpy as jnp
@@ -47,15 +57,19 @@ def main() -> None:
     stiff_n, boxes = (16, (64,)) if args.quick else (1_024, (1_024, 10_000))
     cases = []
     for n in sizes:
-        cases.append(lambda n=n: suite.case_batch(n))
-        cases.append(lambda n=n: case_batch_error_controlled(n, js, jax, jnp, suite))
-    cases.append(lambda: suite.case_stiff_batch(stiff_n, t_final=30.0 if args.quick else 300.0, tolerance=tol))
+        if "fixed" in only:
+            cases.append(lambda n=n: suite.case_batch(n))
+        if "error" in only:
+            cases.append(lambda n=n: case_batch_error_controlled(n, js, jax, jnp, suite))
+    if "stiff" in only:
+        cases.append(lambda: suite.case_stiff_batch(stiff_n, t_final=30.0 if args.quick else 300.0, tolerance=tol))
     try:
         import mujoco  # noqa: F401
         from mujoco import mjx  # noqa: F401
 
-        for n in boxes:
-            cases.append(lambda n=n: suite.case_mujoco_batch(n))
+        if "mujoco" in only:
+            for n in boxes:
+                cases.append(lambda n=n: suite.case_mujoco_batch(n))
     except ImportError:
         print("(mujoco-mjx not installed: the MuJoCo rows are left out)", file=sys.stderr)
 
