@@ -44,6 +44,10 @@ def _through(path: str, i: int) -> weakref.ref:
         sim = js.Simulator(s, ctx, integ)
         sim.advance_to(0.3)
         sim.advance_to(0.4)
+    elif path == "advance_pending_events":
+        r = js.simulate(s, ctx, 0.3, integ)
+        after = js.advance_pending_events(s, r.context, r.pending_witness_events)
+        assert float(after.get_time()) == float(r.context.get_time())  # (no integration)
     elif path == "batch_simulate":
         batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, 0.5 * x]), ctx)
         js.batch_simulate(s, batch, 0.3, integ)
@@ -64,7 +68,9 @@ def _through(path: str, i: int) -> weakref.ref:
     return weakref.ref(s)
 
 
-@pytest.mark.parametrize("path", ["simulate", "Simulator", "batch_simulate", "fit_parameters", "ilqr"])
+@pytest.mark.parametrize(
+    "path", ["simulate", "Simulator", "advance_pending_events", "batch_simulate", "fit_parameters", "ilqr"]
+)
 def test_dropped_systems_are_freed_with_their_compiled_programs(path):
     refs = [_through(path, i) for i in range(N)]
     gc.collect()

@@ -293,3 +293,39 @@ def test_eager_vmap_over_contexts_batched_with_their_times_runs_one_compiled_pro
         if isinstance(system, Decay):  # x(1) = x0 exp(-(1 - t0))
             want = np.array(x0) * np.exp(-(1.0 - np.array(starts)))
             np.testing.assert_allclose(np.asarray(out.get_continuous_state_vector()[:, 0]), want, rtol=1e-9)
+
+
+def test_advance_pending_events_runs_one_compiled_program_eager_and_under_vmap():
+    """``js.advance_pending_events`` called eagerly (and under an eager ``jax.vmap``) runs one compiled
+    program per system: a repeated call compiles nothing (op by op it took 38 ms a call, 16 ms under
+    vmap). Its values: the periodic update due at t_final = 1, which the run leaves pending (Drake),
+    is performed: u <- -y(1), with y(1) from the run, for each member of a batch as for one context."""
+    system = Sampled()
+    integrator = js.RungeKutta3Integrator(max_step_size=0.05, target_accuracy=1e-8)
+    ctxs = [system.create_default_context().with_continuous_state(jnp.array([y0])) for y0 in (1.0, -2.0, 0.5)]
+    runs = [js.simulate(system, c, 1.0, integrator) for c in ctxs]
+    for r in runs:  # (the update at t = 1 is still pending: u holds the value set at t = 0.9)
+        assert float(r.context.get_discrete_state(0)[0]) != -float(r.context.get_continuous_state_vector()[0])
+    stacked = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[r.context for r in runs])
+    flags = jnp.stack([r.pending_witness_events for r in runs])
+
+    def batched(c: Any, p: Any) -> Any:
+        return jax.vmap(lambda cc, pp: js.advance_pending_events(system, cc, pp))(c, p)
+
+    singles = [js.advance_pending_events(system, r.context, r.pending_witness_events) for r in runs]
+    out = batched(stacked, flags)
+    _COMPILES.clear()
+    _COUNTING[0] = True
+    try:
+        again_single = js.advance_pending_events(system, runs[0].context, runs[0].pending_witness_events)
+        again = batched(stacked, flags)
+    finally:
+        _COUNTING[0] = False
+    assert not [e for e in _COMPILES if "backend_compile" in e], _COMPILES
+    for i, (r, single) in enumerate(zip(runs, singles)):
+        y1 = float(r.context.get_continuous_state_vector()[0])
+        assert float(single.get_discrete_state(0)[0]) == -y1
+        assert float(out.get_discrete_state(0)[i, 0]) == -y1
+        assert float(again.get_discrete_state(0)[i, 0]) == -y1
+        assert float(single.get_time()) == 1.0  # (no integration)
+    assert float(again_single.get_discrete_state(0)[0]) == float(singles[0].get_discrete_state(0)[0])
