@@ -605,3 +605,18 @@ def test_trajopt_reports_failure():
         warnings.simplefilter("error")
         ok = js.direct_collocation(p, c, 2.0, 10, lambda x, u: u @ u, x_final=jnp.array([0.0, 0.0]))
     assert ok.success is True
+
+
+def test_advance_pending_events_names_the_expected_pending_flags():
+    """A wrong ``pending_witness_events`` (shape or dtype) is an error naming the system and the shape
+    expected (one flag per witness, then per timed event), raised while the compiled program is built,
+    not a shape error from inside it."""
+    ball = js.examples.BouncingBall()
+    ctx = ball.create_default_context()
+    n = js.simulate(ball, ctx, 0.1).pending_witness_events.shape
+    for bad in (jnp.zeros(n[0] + 1, bool), jnp.zeros(n, jnp.float32)):
+        with pytest.raises(
+            JaxsysError, match=rf"pending_witness_events must be a bool array of shape \({n[0]},\).*System ::ball"
+        ):
+            js.advance_pending_events(ball, ctx, bad)
+    assert float(js.advance_pending_events(ball, ctx, jnp.zeros(n, bool)).get_time()) == 0.0  # (the right flags)
