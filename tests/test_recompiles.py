@@ -162,6 +162,33 @@ def test_a_new_simulator_on_the_same_diagram_does_not_retrace():
     np.testing.assert_allclose(float(sim2.get_context().get_continuous_state_vector()[0]), 2 * np.exp(-1.5), rtol=1e-6)
 
 
+def test_the_advance_after_advance_pending_events_reuses_the_compiled_advance():
+    """``Simulator.advance_pending_events`` (a step of zero length) then ``advance_to``: the second
+    advance, which must not repeat the updates due at its start, runs the program the first advance
+    compiled (whether those updates run is an argument). Drake's counts: periodic updates every 0.1 s,
+    10 on [0, 1) by the first advance, the one at t = 1 by advance_pending_events, 9 more to t = 2 (20;
+    21 if the one at t = 1 were repeated); the state equals plain runs chained the same way."""
+    s = Sampled()
+    integ = js.RungeKutta3Integrator(max_step_size=0.05, target_accuracy=1e-8)
+    ctx = s.create_default_context()
+    sim = js.Simulator(s, ctx, integ)
+    n0 = simulator_module._ADVANCE_TRACES[0]
+    sim.advance_to(1.0)
+    assert simulator_module._ADVANCE_TRACES[0] == n0 + 1
+    sim.advance_pending_events()
+    assert simulator_module._ADVANCE_TRACES[0] == n0 + 2  # (the step of zero length: its own program)
+    sim.advance_to(2.0)
+    assert simulator_module._ADVANCE_TRACES[0] == n0 + 2  # (reused, not compiled again)
+    assert sim.get_num_discrete_updates() == 20
+    r1 = js.simulate(s, ctx, 1.0, integ)
+    mid = js.advance_pending_events(s, r1.context, r1.pending_witness_events)
+    r2 = js.simulate(s, mid, 2.0, integ, initialize=False, updates_at_start=False)
+    for get in (lambda c: c.get_continuous_state_vector(), lambda c: c.get_discrete_state(0)):
+        np.testing.assert_allclose(
+            np.asarray(get(sim.get_context())), np.asarray(get(r2.context)), rtol=1e-9, atol=1e-12
+        )
+
+
 def test_runtime_errors_of_a_plain_call_are_clean():
     import equinox as eqx
 

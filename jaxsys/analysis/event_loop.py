@@ -477,7 +477,7 @@ class EventProgram:
         return self.has_events
 
     # ----- counters of periodic events ------------------------------------------------------
-    def init_counters(self, t0: Array, updates_at_start: bool, publishes_at_start: bool) -> Array:
+    def init_counters(self, t0: Array, updates_at_start: bool | Array, publishes_at_start: bool) -> Array:
         ks = []
         for e in self.periodic:
             inclusive = updates_at_start if e.kind != PUBLISH else publishes_at_start

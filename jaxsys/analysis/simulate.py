@@ -142,7 +142,7 @@ def simulate(
     start_time: float | None = None,
     progress_meter: AbstractProgressMeter | None = None,
     initialize: bool = True,
-    updates_at_start: bool = True,
+    updates_at_start: bool | Array = True,
     log_capacity: int = 10_000,
     witness_iterations: int = 40,
     witness_isolation: bool = True,
@@ -179,6 +179,7 @@ def simulate(
       ``Simulator::Initialize``). Pass False to continue from the final context of an earlier run.
     - `updates_at_start`: perform the updates due exactly at the start time (Drake does, in the
       first step). False after [`advance_pending_events`][jaxsys.advance_pending_events] already did them.
+      May be a traced bool (one compiled run serves both).
     - `log_capacity`: records kept per per-step publish event (periodic publish logs are sized
       from their period and the horizon when those are known while tracing).
     - `witness_iterations`: precision of witness isolation: the crossing is isolated to a window of
@@ -313,7 +314,7 @@ def simulate(
         and not dense_output
         and not trajectory
         and isinstance(context, Context)
-        and not _any_tracer((t_final, save_at, pending_witness_events))
+        and not _any_tracer((t_final, save_at, pending_witness_events, updates_at_start))
     )
     fast_key: Any = None
     if cacheable:
@@ -589,7 +590,7 @@ def _simulate_body(
     start_time: float | None,
     progress_meter: AbstractProgressMeter | None,
     initialize: bool,
-    updates_at_start: bool,
+    updates_at_start: bool | Array,
     log_capacity: int,
     witness_iterations: int,
     witness_isolation: bool,
@@ -829,7 +830,7 @@ def start_events(
     program: EventProgram,
     context: Context,
     initialize: bool,
-    updates_at_start: bool,
+    updates_at_start: bool | Array,
     c_t0: Any,
     c_tf: Any,
     log_capacity: int,

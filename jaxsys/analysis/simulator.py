@@ -144,16 +144,20 @@ class Simulator:
         self._monitor: Any = None
         self._ideal_step = float("nan")  # error control's next step, kept between advances (Drake's)
 
-    def _advance_fn(self, updates_at_start: bool, zero_length: bool = False) -> Any:
+    def _advance_fn(self, zero_length: bool = False) -> Any:
         """The compiled advance for this configuration, shared by every Simulator of the same system
-        and integrator (a new Simulator on the same diagram does not recompile)."""
-        key = (self._integrator, updates_at_start, self._witness_isolation, self._monitor, zero_length)
+        and integrator (a new Simulator on the same diagram does not recompile). Whether the updates
+        due at the start are performed is an argument (False after a step of zero length): the
+        advance after `advance_pending_events` reuses the compiled program."""
+        key = (self._integrator, self._witness_isolation, self._monitor, zero_length)
         integrator, isolation, monitor = self._integrator, self._witness_isolation, self._monitor
 
         def build(ref: Any) -> Any:
             # (the compiled advance reaches the system through a weak reference: a dropped system is
             # freed with it)
-            def advance(context: Context, t_final: Array, pending: Any, h0: Array) -> SimulationResult:
+            def advance(
+                context: Context, t_final: Array, pending: Any, h0: Array, updates_at_start: Array
+            ) -> SimulationResult:
                 _ADVANCE_TRACES[0] += 1
                 return simulate(
                     deref(ref),
@@ -262,11 +266,13 @@ class Simulator:
         zero_length = b == t
         # (Drake's AdvanceTo takes at least one step: to the time it is at, a step of zero length that
         # performs the updates due now, then the per-step publishes and the monitor)
-        fn = self._advance_fn(self._updates_at_start, zero_length)
+        fn = self._advance_fn(zero_length)
         # (error control goes on with the step it asked for at the end of the last advance, as Drake's
         # integrator keeps its ideal next step; NaN: the integrator's initial step)
         h0 = jnp.asarray(self._ideal_step, dtype)
-        result = fn(self._context, jnp.asarray(boundary_time, dtype), self._pending, h0)
+        result = fn(
+            self._context, jnp.asarray(boundary_time, dtype), self._pending, h0, jnp.asarray(self._updates_at_start)
+        )
         self._last_result = result
         self._log_parts.append(tuple(result.publish_logs))
         self._pending = result.pending_witness_events

@@ -85,7 +85,7 @@ class Event:
         """True for periodic events."""
         return self.trigger is TriggerType.PERIODIC
 
-    def next_time_index(self, t: Any, inclusive: bool) -> jax.Array:
+    def next_time_index(self, t: Any, inclusive: bool | jax.Array) -> jax.Array:
         """Index k of the first occurrence offset + k period at or after (``inclusive``) / after t."""
         t = jnp.asarray(t)
         tol = _time_tolerance(t)
