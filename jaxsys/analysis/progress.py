@@ -12,16 +12,17 @@ its least advanced running member, refreshed every ``refresh_steps`` steps of th
 compiles as one call whatever the batch size. Members with different final times keep the bar moving
 until the last one finishes (the bar's total is the longest member's span).
 
-Callbacks are unordered (JAX's ``jax.debug.callback``); the host side only ever moves the bar forward
-and ignores what arrives for a bar already closed, so the bar never goes back and prints its final line
-once. Reverse mode re-runs the loop's steps after the forward run has closed its bar: those replays
-draw nothing.
+Callbacks are unordered (JAX's ``jax.debug.callback``); the host side only ever moves the bar forward,
+ignores what arrives for a bar already closed, and draws a run whose close arrived before its start
+finished, so the bar never goes back, prints its final line once and never stays open. Reverse mode
+re-runs the loop's steps after the forward run has closed its bar: those replays draw nothing.
 
 Imports: nothing from jaxsys.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from typing import Any
@@ -33,6 +34,7 @@ import numpy as np
 
 
 _bars: dict[int, Any] = {}
+_closed_early: dict[int, float] = {}  # runs whose close arrived before their start: the end time
 
 
 def _batch_reduced(fn: Any, reducers: tuple[Any, ...]) -> Any:
@@ -132,19 +134,9 @@ class TqdmProgressMeter(AbstractProgressMeter):
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ImportError("TqdmProgressMeter needs tqdm: pip install tqdm") from e
         key = next(_ids)
-
-        def _start(t0_: Any, tf_: Any) -> None:
-            import tqdm
-
-            with _lock:
-                old = _bars.pop(key, None)
-                if old is not None:
-                    old.close()
-                total = float(np.max(tf_) - np.min(t0_))
-                _bars[key] = tqdm.tqdm(total=total, unit="s(sim)", bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} s")
-                _bars[key].t0 = float(np.min(t0_))
-
-        _batch_reduced(lambda a, b: jax.debug.callback(_start, a, b), (jnp.min, jnp.max))(t0, t_final)
+        _batch_reduced(lambda a, b: jax.debug.callback(functools.partial(_host_start, key), a, b), (jnp.min, jnp.max))(
+            t0, t_final
+        )
         return key
 
     def update(self, token: Any, t: jax.Array, step: jax.Array, active: jax.Array) -> None:
@@ -165,16 +157,41 @@ class TqdmProgressMeter(AbstractProgressMeter):
         jax.lax.cond(due, lambda: jax.debug.callback(_update, _running_min(t, active)), lambda: None)
 
     def close(self, token: Any, t: jax.Array) -> None:
-        def _close(t_: Any) -> None:
-            with _lock:
-                bar = _bars.pop(token, None)
-                if bar is not None:
-                    # where the runs ended (the last member's end under vmap); ``close`` draws the
-                    # final line once (a refresh before it printed the 100 % line twice)
-                    bar.n = max(float(bar.n), float(np.max(t_)) - bar.t0)
-                    bar.close()
+        _batch_reduced(lambda a: jax.debug.callback(functools.partial(_host_close, token), a), (jnp.max,))(t)
 
-        _batch_reduced(lambda a: jax.debug.callback(_close, a), (jnp.max,))(t)
+
+def _host_start(key: int, t0_: Any, tf_: Any) -> None:
+    """The host side of `TqdmProgressMeter.start`: a new bar for run ``key`` (closing a bar left open by
+    an earlier run of the same program); if that run's close came first (callbacks are unordered: XLA
+    may run them in either order), the bar is drawn finished at once."""
+    import tqdm
+
+    with _lock:
+        old = _bars.pop(key, None)
+        if old is not None:
+            old.close()
+        total = float(np.max(tf_) - np.min(t0_))
+        bar = tqdm.tqdm(total=total, unit="s(sim)", bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} s")
+        bar.t0 = float(np.min(t0_))
+        end = _closed_early.pop(key, None)
+        if end is None:
+            _bars[key] = bar
+        else:
+            bar.n = max(0.0, end - bar.t0)
+            bar.close()
+
+
+def _host_close(key: int, t_: Any) -> None:
+    """The host side of `TqdmProgressMeter.close`: the bar of run ``key`` moved to where the runs ended
+    (the last member's end under vmap) and closed (``close`` draws the final line once: a refresh before
+    it printed the 100 % line twice); before its start, the end is kept for the start to draw."""
+    with _lock:
+        bar = _bars.pop(key, None)
+        if bar is None:
+            _closed_early[key] = float(np.max(t_))
+        else:
+            bar.n = max(float(bar.n), float(np.max(t_)) - bar.t0)
+            bar.close()
 
 
 __all__ = ["AbstractProgressMeter", "NoProgressMeter", "TqdmProgressMeter"]
