@@ -751,7 +751,7 @@ def advance_pending_events(
     else:
         # (one compiled program per system, its dropped system freed with it, as simulate's: run op by op,
         # a repeated call took 38 ms for a clock with three witnesses, 16 ms under an eager vmap)
-        run = _ADVANCE_PENDING.get(system, given is None, _build_pending_updates)
+        run = _ADVANCE_PENDING.get(system, "run", _build_pending_updates)  # (filter_jit keys on the arguments)
         new, n_u, n_d, status = run(context, given)
     if status.bound >= FAILED and bool(status.failed()):
         raise JaxsysError(
