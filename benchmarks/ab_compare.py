@@ -75,6 +75,13 @@ def cases(js):
         return jnp.sum(js.simulate(p, c, 5.0, rk4, save_at=ts5).ys[:, 0] ** 2)
 
     out["S7 value_and_grad"] = (jit(jax.value_and_grad(loss)), c)
+    rk3_long = js.RungeKutta3Integrator(max_step_size=0.1, target_accuracy=1e-6)
+    for tf in (100.0, 500.0):  # ~11,700 and ~58,000 attempts: the adjoint's sweep alone, and re-running
+
+        def long_loss(c, tf=tf):
+            return jnp.sum(_final(js.simulate(p, c, tf, rk3_long)) ** 2)
+
+        out[f"S2a-grad RK3 1e-6, {tf:.0f} s, jax.grad"] = (jit(jax.grad(long_loss)), c)
     ball = ex.BouncingBall()
     cb = ball.create_default_context()
     out["S4 bouncing ball"] = (jit(lambda c: _final(js.simulate(ball, c, 5.0, dopri))), cb)

@@ -128,3 +128,27 @@ def test_leaves_reached_only_through_the_fixed_point_are_swept():
         for stop in (False, True):
             g = jax.jit(jax.grad(final_z), static_argnums=2)(0.8, jnp.asarray(n), stop)
             np.testing.assert_allclose(g, expected, rtol=1e-11, err_msg=f"n={n}, stop={stop}")
+
+
+def test_re_running_adds_no_copy_of_the_body():
+    """Runs longer than the forward checkpoints' reach are re-run through the sweep's own replay,
+    so a gradient's program holds as many loops whether the loop's bound calls for re-running
+    (depth 1) or not (depth 0): a re-run loop would be one more copy of the body for XLA to compile
+    (issue #40; before: 10 loops against 8)."""
+
+    def program(max_steps):
+        def f(p):
+            a, b, x0 = p[0], p[1], p[2]
+
+            def body(c):
+                return c[0] + 1, c[1] + H * (a - b * c[1])
+
+            return while_fast_primal(lambda c: c[0] < 40, body, (jnp.zeros((), jnp.int32), x0), max_steps)[1]
+
+        c0 = (jnp.zeros((), jnp.int32), P[2])
+        depth = adjoint.LoopSpec(lambda c: c, lambda c: True, c0, 0, 0, max_steps).depth
+        return depth, jax.jit(jax.grad(f)).lower(P).as_text().count("stablehlo.while")
+
+    (d_short, loops_short), (d_long, loops_long) = program(100), program(200_000)
+    assert (d_short, d_long) == (0, 1)
+    assert loops_long == loops_short
