@@ -129,6 +129,11 @@ def cases(js):
     )
     lags = builder_chain(js, 300)
     out["S8 chain of 300 lags"] = (jit(lambda c: _final(js.simulate(lags[0], c, 10.0, lags[2]))), lags[1])
+    # (a large carry: three levels of re-running in the adjoint's structure)
+    out["S8-grad chain of 300 lags, jax.grad"] = (
+        jit(jax.grad(lambda c: jnp.sum(_final(js.simulate(lags[0], c, 10.0, lags[2])) ** 2))),
+        lags[1],
+    )
     out.update(mujoco_cases(js))
     return out
 

@@ -74,19 +74,22 @@ def test_second_order_through_the_bounded_loop(effect):
     np.testing.assert_allclose(jax.jit(jax.grad(f))(P), jax.grad(closed)(P, 45.0), rtol=1e-11)
 
 
-def test_vmap_with_different_trip_counts():
+@pytest.mark.parametrize("wide", [0, 600])
+def test_vmap_with_different_trip_counts(wide):
     """Each member sweeps its own passes: grad of the batch's sum, and the batch's jacfwd. (20,000
-    passes re-run their segments: the batch is swept that way, its short members included.)"""
+    passes re-run their segments, with wide=600 on two levels and more: each member at its own
+    level of the re-running while the others sweep.)"""
     ns = jnp.array([0, 1, 31, 33, 700, 3000, 20_000])
     ps = P + 0.05 * jnp.arange(7.0)[:, None]
 
     def batch(ps):
-        return jax.vmap(lambda p, n: run(p, n))(ps, ns)
+        return jax.vmap(lambda p, n: run(p, n, wide=wide))(ps, ns)
 
     expected = jax.vmap(jax.grad(closed))(ps, ns.astype(float))
     np.testing.assert_allclose(jax.jit(jax.grad(lambda ps: jnp.sum(batch(ps))))(ps), expected, rtol=1e-10)
-    jf = jax.jit(jax.vmap(jax.jacfwd(lambda p, n: run(p, n))))(ps, ns)
-    np.testing.assert_allclose(jf, expected, rtol=1e-10)
+    if wide == 0:  # (forward mode does not re-run)
+        jf = jax.jit(jax.vmap(jax.jacfwd(lambda p, n: run(p, n))))(ps, ns)
+        np.testing.assert_allclose(jf, expected, rtol=1e-10)
 
 
 def test_float32():
@@ -131,24 +134,30 @@ def test_leaves_reached_only_through_the_fixed_point_are_swept():
 
 
 def test_re_running_adds_no_copy_of_the_body():
-    """Runs longer than the forward checkpoints' reach are re-run through the sweep's own replay,
-    so a gradient's program holds as many loops whether the loop's bound calls for re-running
-    (depth 1) or not (depth 0): a re-run loop would be one more copy of the body for XLA to compile
-    (issue #40; before: 10 loops against 8)."""
+    """Runs longer than the forward checkpoints' reach are re-run through the sweep's own replay, at
+    every level of re-running: a gradient's program holds as many copies of the loop's body whether
+    its bound calls for no re-running (depth 0), one level (depth 1) or three (a large carry). The
+    lowered program's loops, and its functions that compute the body's marker (an erf, which nothing
+    else computes), are counted: a re-run loop would be one more copy of the body for XLA to compile
+    (issue #40; before: 8 loops at depth 0, 10 at depth 1; 3 functions with an erf at depths 0 and 1,
+    6 at depth 3)."""
 
-    def program(max_steps):
+    def program(max_steps, wide):
         def f(p):
-            a, b, x0 = p[0], p[1], p[2]
+            a, x0 = p[0], p[2]
 
             def body(c):
-                return c[0] + 1, c[1] + H * (a - b * c[1])
+                return c[0] + 1, c[1] + H * (a - jax.scipy.special.erf(c[1])), c[2]
 
-            return while_fast_primal(lambda c: c[0] < 40, body, (jnp.zeros((), jnp.int32), x0), max_steps)[1]
+            c0 = (jnp.zeros((), jnp.int32), x0, jnp.zeros((wide,)))
+            return while_fast_primal(lambda c: c[0] < 40, body, c0, max_steps)[1]
 
-        c0 = (jnp.zeros((), jnp.int32), P[2])
+        c0 = (jnp.zeros((), jnp.int32), P[2], jnp.zeros((wide,)))
         depth = adjoint.LoopSpec(lambda c: c, lambda c: True, c0, 0, 0, max_steps).depth
-        return depth, jax.jit(jax.grad(f)).lower(P).as_text().count("stablehlo.while")
+        text = jax.jit(jax.grad(f)).lower(P).as_text()
+        return depth, text.count("stablehlo.while"), text.count("erf")
 
-    (d_short, loops_short), (d_long, loops_long) = program(100), program(200_000)
-    assert (d_short, d_long) == (0, 1)
-    assert loops_long == loops_short
+    programs = [program(100, 0), program(200_000, 0), program(200_000, 600)]
+    assert [d for d, _, _ in programs] == [0, 1, 3]
+    assert programs[0][1] == programs[1][1], programs  # (depth 3's bookkeeping adds two small loops)
+    assert len({erfs for _, _, erfs in programs}) == 1, programs

@@ -31,11 +31,17 @@ enough for its checkpoints to be ``segment`` apart (the common case) is swept by
 without a conditional or a loop entry per segment: on a CPU such control flow per segment, or a
 select or conditional that passes the checkpoint buffers through, costs as much as a large part of
 the sweep itself.
-Each level of re-running is one more forward run of its passes: none for runs of up to
-``keep * segment`` passes (16,384 for a small carry), one up to 64 times more. Memory: ``keep +
-width`` carries (plus ``width`` per further level) and one segment's residuals, whatever
-``max_steps`` is; no time goes to passes the run does not make (the bounded loop's scans run
-through, or skip, all ``max_steps``: a fixed price per entry).
+
+**One copy of the body.** Re-running goes through the sweep's own replay (its backward pass
+skipped), so that the adjoint's program holds the loop's body once, in the replay, whatever the
+levels of re-running (a re-run loop of its own was one more copy of the body per level for XLA to
+compile, in every gradient program whose bound allows long runs, though most runs never re-run:
+issue #40). Each level of re-running is one more run of its passes, at the price of the replay's
+forward pass (it keeps residuals: ~1.2x a plain run's; a run that re-runs once costs ~1.2x more
+than with a plain re-run loop): none for runs of up to ``keep * segment`` passes (16,384 for a small
+carry), one up to 64 times more. Memory: ``keep + width`` carries (``width`` per level) and one
+segment's residuals, whatever ``max_steps`` is; no time goes to passes the run does not make (the
+bounded loop's scans run through, or skip, all ``max_steps``: a fixed price per entry).
 
 Measured on this 2-core CPU (benchmarks S2a-grad, S8-grad, S8h-300; calls interleaved), ``jax.grad``
 through 11,700 attempts of an error-controlled pendulum: 10.7 ms, 4.5x its 2.4 ms forward run (the
@@ -307,45 +313,6 @@ class LoopSpec:
             k = jnp.where(deeper, jnp.where(k < half, 2 * k, 2 * (k - half) + 1), k)
         return k
 
-    def cutting(self, depth: int, length: Array) -> tuple[Array, Array]:
-        """``(stride, pieces)``: a segment of ``length`` passes cut into at most ``width`` pieces of
-        ``segment * 2^q`` passes, short enough for ``depth - 1`` more levels of cutting (one piece,
-        not re-run, when the segment is short enough already)."""
-        need = -(-length // (self.segment * self.width))
-        stride = self.segment * _next_pow2(need, self.width ** max(depth - 1, 0))
-        return stride, -(-length // stride)
-
-    def rerun(self, start: list[Array], bufs: list[Array], pieces: Array, stride: Array, bcl: list[Array]) -> Any:
-        """``bufs`` with the first carries of pieces 1, 2, ... ``pieces - 1`` (every ``stride``-th
-        pass from ``start``, re-run; nothing when ``pieces`` is 1)."""
-
-        def piece(s: Any) -> Any:
-            cl, i, bufs = s
-            cl = jax.lax.fori_loop(0, stride, lambda _, c: self.step(c, bcl), cl)
-            return cl, i + 1, [_put(b, i, x) for b, x in zip(bufs, cl)]
-
-        return jax.lax.while_loop(lambda s: s[1] < pieces, piece, (list(start), jnp.ones((), jnp.int32), bufs))[2]
-
-    def sweep(self, depth: int, start: list[Array], length: Array, ct: list[Array], bcl: list[Array]) -> Any:
-        """The adjoint of ``length`` passes from the carry ``start``: ``(ct at start, ct of the
-        consts)`` from ``ct`` at their end (differentiable leaves only); ``depth`` levels of cutting
-        below (none: one replay)."""
-        if depth <= 0:
-            return self.replay_any(start, length, ct, bcl)[:2]
-        stride, pieces = self.cutting(depth, length)
-        bufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)).at[0].set(x) for x in start]
-        bufs = self.rerun(start, bufs0, pieces, stride, bcl)
-
-        def back(s: Any) -> Any:
-            i, ct, g = s
-            i = i - 1
-            ct, gi = self.sweep(depth - 1, [b[i] for b in bufs], jnp.minimum(stride, length - i * stride), ct, bcl)
-            return i, ct, [a + b for a, b in zip(g, gi)]
-
-        g0 = [jnp.zeros_like(bcl[i]) for i in self.bc_diff]
-        _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, back, (pieces, ct, g0))
-        return ct, g
-
     def replay_any(
         self, start: list[Array], length: Array, ct: list[Array], bcl: list[Array], sweep: Array | None = None
     ) -> Any:
@@ -419,7 +386,7 @@ class LoopSpec:
         cotangent zero, the carry at its end kept): so the program holds one copy of the loop's
         body for the adjoint, not a second one for re-running (the two-wall ball, RK5 and two
         witnesses: ``jit(grad)`` 5.7 -> 4.6 s to compile on this 2-core CPU, ``jit(vmap(grad))``
-        8.9 -> 7.4 s). A re-run segment costs a replay rather than a forward pass, but only runs
+        8.9 -> 7.0 s). A re-run segment costs a replay rather than a forward pass, but only runs
         of more than ``keep * segment`` passes (16,384 for a small carry) re-run at all; below
         that, ``T`` is ``segment`` and every pass of the loop is a sweep of the forward run's own
         segments, the last one masked. Under ``vmap`` each member follows its own blocks. Loops of
@@ -475,47 +442,118 @@ class LoopSpec:
         return [*ct, *g]
 
     def adjoint_levels(self, res: list[Array], ct: list[Array]) -> list[Array]:
-        """`adjoint` for loops of two or more levels of re-running (large carries, long bounds).
+        """`adjoint` for loops of two or more levels of re-running (large carries, long bounds): a
+        block of the forward run is cut into at most ``width`` pieces, each piece again, down to
+        segments, the pieces' first carries re-run (from the level above's) and kept in a buffer
+        of ``width`` carries per level; the segments are swept from the last.
 
-        Two nested loops, from the run's end: the outer one over the forward run's segments of ``T``
-        passes, each re-run (`rerun`) to checkpoint its pieces; the inner one over those pieces,
-        each swept (`sweep`, which re-runs and cuts them further). While ``T`` is still ``segment``
-        nothing is re-run: one outer pass, whose inner loop sweeps the forward run's own segments
-        (under vmap, only when no member needs re-running). Each level's re-run is one more copy of
-        the loop's body in the program."""
+        The recursion is one loop of one replay a pass, as in `adjoint`: a pass either re-runs a
+        segment forward (the replay with its backward pass skipped; a piece's first carry kept when
+        it is reached) or sweeps one; between two passes a small loop without the body does the
+        bookkeeping (entering the next block, descending into the next piece, climbing back when a
+        piece is swept). So the program holds one copy of the body for the adjoint whatever the
+        number of levels (300 leaves of distinct classes, three levels: ``jit(grad)`` 11.0 -> 9.8 s to
+        compile; a body as small as the 300-lag chain's: unchanged, and its gradient ~3 % slower to
+        run for the bookkeeping)."""
         cl, bcl, _, bufs, n, t = self.split_res(res)
+        seg, w, depth = self.segment, self.width, self.depth
+        n_blocks = -(-n // t)
+        limits = jnp.asarray([w ** (depth - lv) for lv in range(1, depth + 1)], jnp.int32)
+        i32 = jnp.int32
+
+        def cut(li: Array, length: Array) -> tuple[Array, Array]:
+            """(stride, pieces) of a stretch of ``length`` passes at level ``li + 1``: at most
+            ``width`` pieces of ``segment * 2^q`` passes, short enough for the levels below."""
+            need = -(-length // (seg * w))
+            q = jnp.ones_like(need)
+            for _ in range(int(np.log2(w ** (depth - 1)))):
+                q = jnp.where((q < need) & (q < limits[li]), 2 * q, q)
+            stride = seg * q
+            return stride, -(-length // stride)
+
+        def row(b: Array, li: Array, si: Array) -> Array:
+            return jax.lax.dynamic_index_in_dim(jax.lax.dynamic_index_in_dim(b, li, 0, False), si, 0, False)
+
+        def put(b: Array, li: Array, si: Array, x: Array) -> Array:
+            idx = (jnp.asarray(li, jnp.int32), jnp.asarray(si, jnp.int32), *([jnp.zeros((), jnp.int32)] * jnp.ndim(x)))
+            return jax.lax.dynamic_update_slice(b, x[None, None], idx)
+
+        # per level (index = level - 1): the stretch's length, stride, pieces, pieces whose first
+        # carries are known, the next piece to take; the buffers of first carries (slot ``width``:
+        # the writes no one reads)
+        levels0 = tuple(jnp.zeros((depth,), i32) for _ in range(5))
+        cps0 = [jnp.zeros((depth, w + 1, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
         g0 = [jnp.zeros_like(bcl[i]) for i in self.bc_diff]
-        n_seg = -(-n // t)
-        plain = eqxi.unvmap_all(t == self.segment)
-        pbufs0 = [jnp.zeros((self.width, *jnp.shape(x)), jnp.result_type(x)) for x in cl]
 
-        def outer(s: Any) -> Any:
-            k, ct, g = s
-            k = k - 1
-            length = jnp.where(plain, n, jnp.minimum(t, n - k * t))
-            stride, pieces = self.cutting(self.depth, length)
-            stride = jnp.where(plain, self.segment, stride)
-            pieces = jnp.where(plain, n_seg, pieces)
-            # (the segment's first carry, then its other pieces' re-run; none while plain)
-            sk = self.slot(t, k)
-            start = [b[sk] for b in bufs]
-            cps = [_put(b, 0, x) for b, x in zip(pbufs0, start)]
-            cps = self.rerun(start, cps, jnp.where(plain, 1, pieces), stride, bcl)
+        def done(s: Any) -> Array:
+            return (s[0] == 0) & (s[1] < 0)
 
-            def inner(s: Any) -> Any:
-                i, ct, g = s
-                i = i - 1
-                si = self.slot(t, i)  # (plain: the forward run's own segments)
-                piece = [jnp.where(plain, b[si], c[i]) for b, c in zip(bufs, cps)]
-                ct, gi = self.sweep(self.depth - 1, piece, jnp.minimum(stride, length - i * stride), ct, bcl)
-                return i, ct, [a + b for a, b in zip(g, gi)]
+        def wants_replay(s: Any) -> Array:
+            lv, _, (_, _, pieces, known, nxt), *_ = s
+            li = jnp.maximum(lv - 1, 0)
+            return (lv > 0) & ((known[li] < pieces[li]) | ((lv == depth) & (nxt[li] >= 0)))
 
-            _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, inner, (pieces, ct, g))
-            return k, ct, g
+        def bookkeeping(s: Any) -> Any:
+            """Enter the next block (level 0), descend into the next piece, or climb back."""
+            lv, k, (length, stride, pieces, known, nxt), cps, cur, pos, ct, g = s
+            li = jnp.maximum(lv - 1, 0)
+            enter = lv == 0
+            descend = ~enter & (nxt[li] >= 0)  # (every first carry known: else a replay is due)
+            climb = ~enter & ~descend
+            kk = jnp.maximum(k, 0)
+            sk = self.slot(t, kk)
+            ni = jnp.maximum(nxt[li], 0)
+            # the new stretch (entered or descended into): its level index, first carry and length
+            new_li = jnp.where(enter, 0, jnp.minimum(lv, depth - 1))
+            first = [jnp.where(enter, b[sk], row(c, li, ni)) for b, c in zip(bufs, cps)]
+            piece_len = jnp.minimum(stride[li], length[li] - ni * stride[li])
+            new_len = jnp.where(enter, jnp.minimum(t, n - kk * t), piece_len)
+            new_stride, new_pieces = cut(new_li, new_len)
+            opening = enter | descend
+            at = jnp.where(opening, 0, w)
+            cps = [put(c, new_li, at, x) for c, x in zip(cps, first)]
 
-        n_outer = jnp.where(plain, jnp.minimum(n_seg, 1), n_seg)
-        _, ct, g = jax.lax.while_loop(lambda s: s[0] > 0, outer, (n_outer, list(ct), g0))
-        return [*ct, *g]
+            def set_(a: Array, v: Array) -> Array:
+                return jnp.where(opening, a.at[new_li].set(v), a)
+
+            nxt = jnp.where(descend, nxt.at[li].add(-1), nxt)
+            length, stride, pieces = set_(length, new_len), set_(stride, new_stride), set_(pieces, new_pieces)
+            known, nxt = set_(known, jnp.ones((), i32)), set_(nxt, new_pieces - 1)
+            cur = [jnp.where(opening, x, c) for x, c in zip(first, cur)]
+            pos = jnp.where(opening, 0, pos)
+            lv = jnp.where(opening, new_li + 1, lv - 1)
+            k = jnp.where(climb & (lv == 0), k - 1, k)
+            return lv, k, (length, stride, pieces, known, nxt), cps, cur, pos, ct, g
+
+        def settle(s: Any) -> Any:
+            return jax.lax.while_loop(lambda s: ~wants_replay(s) & ~done(s), bookkeeping, s)
+
+        def body(s: Any) -> Any:
+            lv, k, (length, stride, pieces, known, nxt), cps, cur, pos, ct, g = s
+            li = jnp.maximum(lv - 1, 0)
+            rerun = known[li] < pieces[li]
+            sweep = ~rerun
+            ni = jnp.maximum(nxt[li], 0)
+            start = [jnp.where(rerun, c, row(b, li, ni)) for c, b in zip(cur, cps)]
+            run = jnp.where(rerun, seg, jnp.minimum(seg, length[li] - ni * seg))
+            ct_out, gi, end = self.replay_any(start, run, ct, bcl, sweep)
+            cur = list(cur)
+            for j, e in zip(self.c_live, end):
+                cur[j] = jnp.where(rerun, e, cur[j])
+            pos = jnp.where(rerun, pos + seg, pos)
+            reached = rerun & (pos == stride[li])
+            at = jnp.where(reached, known[li], w)
+            cps = [put(b, li, at, c) for b, c in zip(cps, cur)]
+            known = jnp.where(reached, known.at[li].add(1), known)
+            pos = jnp.where(reached, 0, pos)
+            nxt = jnp.where(sweep, nxt.at[li].add(-1), nxt)
+            ct = [jnp.where(sweep, b, a) for a, b in zip(ct, ct_out)]
+            g = [jnp.where(sweep, a + b, a) for a, b in zip(g, gi)]
+            return settle((lv, k, (length, stride, pieces, known, nxt), cps, cur, pos, ct, g))
+
+        s0 = settle((jnp.zeros((), i32), n_blocks - 1, levels0, cps0, list(cl), jnp.zeros((), i32), list(ct), g0))
+        s = jax.lax.while_loop(lambda s: ~done(s), body, s0)
+        return [*s[6], *s[7]]
 
     def tangent(self, res: list[Array], lin: list[Array]) -> list[Array]:
         """The forward sensitivity: tangents of the start carry's and the consts' differentiable
