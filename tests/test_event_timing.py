@@ -403,7 +403,13 @@ def test_bracket_search_closes_on_every_shape(name):
 
     lo0, hi0 = jnp.zeros(1), jnp.ones(1)
     window = jnp.asarray(2.0**-40)
-    lo, hi = _bracket(_Down(), values, jnp.array([True]), fn(lo0), lo0, hi0, fn(hi0), window)
+    active = jnp.array([True])
+
+    def setup(g_lo0, g_hi0):  # (no confirming trials here: the search from [0, 1] as given)
+        return active, g_lo0, lo0, hi0, g_hi0
+
+    no = jnp.asarray(False)
+    _, _, lo, hi = _bracket(_Down(), values, setup, (no, no), (lo0, hi0), (fn(lo0), fn(hi0)), window)
     jax.effects_barrier()
     lo, hi = float(lo[0]), float(hi[0])
     assert fn(jnp.asarray(lo)) > 0 and fn(jnp.asarray(hi)) <= 0  # lo untriggered, hi triggered

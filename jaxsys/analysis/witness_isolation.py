@@ -149,24 +149,27 @@ def isolate_crossing(
         """Witness j's value at its own trial fraction tau[j]."""
         return jax.vmap(lambda j, tt: all_values(tt, *consts)[j])(jnp.arange(n_w), tau)
 
-    # confirm the detected bracket with trial steps (interior samples came from the extension)
-    # (a trial step only where the bracket's end is inside the step: at its ends the values are known)
-    # (both ends in one batched evaluation: one copy of the trial step in the program, not two)
-    g_lo0, g_hi0 = jax.lax.cond(
-        jnp.any(candidates & ((lo0 > 0) | (hi0 < h_))),
-        lambda: tuple(jax.vmap(per_witness)(jnp.stack([lo0, jnp.minimum(hi0, h_)]))),
-        lambda: (w0_, w1_),
+    def setup(g_lo0: Array, g_hi0: Array) -> tuple[Array, Array, Array, Array, Array]:
+        """From the values at the detected bracket's ends: (active, ref, lo, hi, value at hi)."""
+        g_lo0 = jnp.where(lo0 <= 0, w0_, g_lo0)
+        g_hi0 = jnp.where(hi0 >= h_, w1_, g_hi0)
+        confirmed = candidates & program.triggered(g_lo0, g_hi0)
+        whole = candidates & ~confirmed & program.triggered(w0_, w1_)  # else fall back to the whole step
+        active = confirmed | whole
+        ref = jnp.where(confirmed, g_lo0, w0_)  # each bracket is judged against the value at its start
+        lo = jnp.where(confirmed, lo0, 0.0)
+        hi = jnp.where(confirmed, hi0, h_)
+        g_hi = jnp.where(confirmed, g_hi0, w1_)
+        return active, ref, lo, hi, g_hi
+
+    # confirm the detected bracket with trial steps (interior samples came from the extension), only
+    # at the ends inside the step (at its ends the values are known): the trials are the first passes
+    # of the search's loop (one copy of the trial step in the program)
+    confirm = (jnp.any(candidates & (lo0 > 0)), jnp.any(candidates & (hi0 < h_)))
+    active, ref, lo, hi = _bracket(
+        program, per_witness, setup, confirm, (lo0, jnp.minimum(hi0, h_)), (w0_, w1_), window_
     )
-    g_lo0 = jnp.where(lo0 <= 0, w0_, g_lo0)
-    g_hi0 = jnp.where(hi0 >= h_, w1_, g_hi0)
-    confirmed = candidates & program.triggered(g_lo0, g_hi0)
-    whole = candidates & ~confirmed & program.triggered(w0_, w1_)  # else fall back to the whole step
-    active = confirmed | whole
-    ref = jnp.where(confirmed, g_lo0, w0_)  # each bracket is judged against the value at its start
-    lo = jnp.where(confirmed, lo0, 0.0)
-    hi = jnp.where(confirmed, hi0, h_)
-    g_hi = jnp.where(confirmed, g_hi0, w1_)
-    lo, hi = _bracket(program, per_witness, active, ref, lo, hi, g_hi, window_)
+
     # the earliest crossing among the witnesses that triggered
     first = jnp.argmin(jnp.where(active, hi, jnp.inf))
     isolated = jnp.any(active)
@@ -228,16 +231,20 @@ def crossing_fraction(g: Callable[[Array], Array], tau: Array) -> Array:
 def _bracket(
     program: EventProgram,
     values: Callable[[Array], Array],
-    active: Array,
-    ref: Array,
-    lo: Array,
-    hi: Array,
-    g_hi: Array,
+    setup: Callable[[Array, Array], tuple[Array, Array, Array, Array, Array]],
+    confirm: tuple[Array, Array],
+    ends: tuple[Array, Array],
+    known: tuple[Array, Array],
     window: Array,
-) -> tuple[Array, Array]:
+) -> tuple[Array, Array, Array, Array]:
     """Narrow each active witness's bracket [lo, hi] to ``window`` (see the module docstring): an end is
     "triggered" when going from ``ref`` (the value at the bracket's initial start) to its value
     triggers the witness.
+
+    The loop's first passes evaluate the witnesses at the detected bracket's ends (``ends``: its
+    start where ``confirm[0]``, its end where ``confirm[1]``; elsewhere the ``known`` values at the
+    step's ends stand) and ``setup`` turns those values into the brackets to search, ``(active, ref,
+    lo, hi, value at hi)``. Returns ``(active, ref, lo, hi)``; inactive witnesses are left alone.
 
     Chandrupatla's method (Chandrupatla 1997; as in Scherer, *Computational Physics*): inverse
     quadratic interpolation through the last three points where it is safe, bisection where it is
@@ -245,38 +252,49 @@ def _bracket(
     within half a window of the crossing the next trial straddles it and the bracket closes. The
     first trial is the secant (regula falsi) point of the initial bracket. Safeguard: a trial after
     three iterations that did not halve the bracket is a bisection, so the width halves at least every
-    fourth iteration whatever the witness. Returns (lo, hi); inactive witnesses are left alone."""
-    dtype = hi.dtype
-    f_lo, f_hi = ref.astype(dtype), g_hi.astype(dtype)
+    fourth iteration whatever the witness."""
     half = 0.5 * window
-
-    def unconverged(a: Array, b: Array) -> Array:
-        return active & (jnp.abs(b - a) > window)
 
     def safe_div(n: Array, d: Array) -> Array:
         return n / jnp.where(d != 0, d, 1.0)
 
-    # x1: the newest point, x2: the other end of the bracket, x3: the point x1 or x2 replaced
-    width0 = hi - lo
-    t0 = jnp.where(f_hi != f_lo, safe_div(f_lo, f_lo - f_hi), 0.5)
-    t0 = jnp.clip(t0, safe_div(half, width0), 1.0 - safe_div(half, width0))
-    w_past = (2.0 * width0,) * 3  # bracket widths after the last three iterations
-    state = (lo, f_lo, jnp.zeros(hi.shape, bool), hi, f_hi, lo, f_lo, t0, w_past, jnp.zeros((), jnp.int32))
+    def start(g_lo0: Array, g_hi0: Array) -> tuple[Any, ...]:
+        """(active, ref, the search's state) from the values at the detected bracket's ends."""
+        active, ref, lo, hi, g_hi = setup(g_lo0, g_hi0)
+        dtype = hi.dtype
+        f_lo, f_hi = ref.astype(dtype), g_hi.astype(dtype)
+        # x1: the newest point, x2: the other end of the bracket, x3: the point x1 or x2 replaced
+        width0 = hi - lo
+        t0 = jnp.where(f_hi != f_lo, safe_div(f_lo, f_lo - f_hi), 0.5)
+        t0 = jnp.clip(t0, safe_div(half, width0), 1.0 - safe_div(half, width0))
+        w_past = (2.0 * width0,) * 3  # bracket widths after the last three iterations
+        return active, ref, (lo, f_lo, jnp.zeros(hi.shape, bool), hi, f_hi, lo, f_lo, t0, w_past)
+
+    # (phase 0, 1: the confirming trials at the bracket's start and end; 2: the search)
+    state = (
+        jnp.where(confirm[0], 0, jnp.where(confirm[1], 1, 2)),
+        known[0],
+        *start(*known),
+        jnp.zeros((), jnp.int32),
+    )
 
     def cond(state: Any) -> Array:
-        x1, _, _, x2, *_, it = state
-        return jnp.any(unconverged(x1, x2)) & (it < _MAX_ITERATIONS)
+        phase, _, active, _, (x1, _, _, x2, *_), it = state
+        return (phase < 2) | (jnp.any(active & (jnp.abs(x2 - x1) > window)) & (it < _MAX_ITERATIONS))
 
     def body(state: Any) -> Any:
-        x1, f1, trig1, x2, f2, x3, f3, t, (wa, wb, wc), it = state
-        move = unconverged(x1, x2)
-        xt = x1 + t * (x2 - x1)
-        ft = values(xt).astype(dtype)
-        trig_t = program.triggered(ref, ft)
+        phase, g_first, active, ref, search, it = state
+        x1, f1, trig1, x2, f2, x3, f3, t, (wa, wb, wc) = search
+        searching = phase == 2
+        move = searching & active & (jnp.abs(x2 - x1) > window)
+        xt = jnp.where(phase == 0, ends[0], jnp.where(phase == 1, ends[1], x1 + t * (x2 - x1)))
+        ft = values(xt)
+        f = ft.astype(x1.dtype)
+        trig_t = program.triggered(ref, f)
         same = trig_t == trig1  # xt replaces x1 (x2 stays) or the bracket flips to [x1, xt]
         x3n, f3n = jnp.where(same, x1, x2), jnp.where(same, f1, f2)
         x2n, f2n = jnp.where(same, x2, x1), jnp.where(same, f2, f1)
-        x1n, f1n = xt, ft
+        x1n, f1n = xt, f
         # next trial: inverse quadratic interpolation through (x1, x2, x3) where safe, else bisection
         xi = safe_div(x1n - x2n, x3n - x2n)
         phi = safe_div(f1n - f2n, f3n - f2n)
@@ -291,7 +309,14 @@ def _bracket(
         new = (x1n, f1n, trig_t, x2n, f2n, x3n, f3n, t_new, width, wa, wb)
         old = (x1, f1, trig1, x2, f2, x3, f3, t, wa, wb, wc)
         *kept, wa, wb, wc = (jnp.where(move, a, b) for a, b in zip(new, old))
-        return (*kept, (wa, wb, wc), it + 1)
+        searched = (active, ref, (*kept, (wa, wb, wc)))
+        # (the last confirming trial: the search starts from their values)
+        at_start = phase == 0
+        starting = (at_start & ~confirm[1]) | (phase == 1)
+        started = start(jnp.where(at_start, ft, g_first), jnp.where(at_start, known[1], ft))
+        active, ref, search = jax.tree_util.tree_map(lambda a, b: jnp.where(starting, a, b), started, searched)
+        nxt = jnp.where(starting | searching, 2, 1)
+        return nxt, jnp.where(at_start, ft, g_first), active, ref, search, jnp.where(searching, it + 1, it)
 
-    x1, _, trig1, x2, *_ = jax.lax.while_loop(cond, body, state)
-    return jnp.where(trig1, x2, x1), jnp.where(trig1, x1, x2)
+    _, _, active, ref, (x1, _, trig1, x2, *_), _ = jax.lax.while_loop(cond, body, state)
+    return active, ref, jnp.where(trig1, x2, x1), jnp.where(trig1, x1, x2)
