@@ -383,14 +383,14 @@ class LoopSpec:
         of ``T`` passes are taken from the last; a block is first re-run, a segment at a time, to
         checkpoint the starts of its segments (in a buffer of ``width`` carries), then its segments
         are swept from its last. Re-running goes through the same replay as the sweep (its
-        cotangent zero, the carry at its end kept): so the program holds one copy of the loop's
+        backward pass skipped, the carry at its end kept): so the program holds one copy of the loop's
         body for the adjoint, not a second one for re-running (the two-wall ball, RK5 and two
         witnesses: ``jit(grad)`` 5.7 -> 4.6 s to compile on this 2-core CPU, ``jit(vmap(grad))``
         8.9 -> 7.0 s). A re-run segment costs a replay rather than a forward pass, but only runs
         of more than ``keep * segment`` passes (16,384 for a small carry) re-run at all; below
         that, ``T`` is ``segment`` and every pass of the loop is a sweep of the forward run's own
         segments, the last one masked. Under ``vmap`` each member follows its own blocks. Loops of
-        two or more levels of re-running (`adjoint_levels`) keep one copy of the body per level."""
+        two or more levels of re-running: `adjoint_levels` (the same, with bookkeeping between passes)."""
         if self.depth > 1:
             return self.adjoint_levels(res, ct)
         cl, bcl, _, bufs, n, t = self.split_res(res)
