@@ -20,7 +20,7 @@ into the step, so that time always moves), and the witness cannot trigger again 
 The earliest crossing among the witnesses wins.
 
 **Derivatives.** The search runs on values whose derivatives are cut (a ``lax.while_loop``). The
-landing fraction is then `crossing_fraction`: its value is the search's, its derivatives
+landing fraction and state are then `land_at_crossing`'s: the fraction's value is the search's, its derivatives
 (custom JVP rule, itself differentiable, so to any order) are those of the zero of the function that
 was root-found, tau -> w(t + tau, step(t, x, tau)), by the implicit function theorem, with that
 function's own rate (the trial step map's, not the ODE's): the derivative of what was computed, for
@@ -181,13 +181,16 @@ def isolate_crossing(
     # one window into the step (time must move, also when the crossing is at the step's very start)
     tau_hi = sg(jnp.where(isolated, jnp.clip(hi[first], window_, h_), h_))
 
-    def g(tau: Array) -> Array:
-        """The first witness after a trial step of ``tau``: the function whose zero the search found."""
-        return values_at(tau)[first]
+    def landing(tau: Array) -> tuple[Array, Array]:
+        """The state after a trial step of ``tau`` and the first witness there: the function whose
+        witness's zero the search found."""
+        x = step_to(tau)
+        return x, program.witness_values(make_ctx(t + tau, x))[first]
 
-    # the landing fraction: tau_hi's value, with the derivatives of the zero of g (to any order)
-    tau = jnp.where(isolated, crossing_fraction(g, tau_hi), h)
-    x_land = step_to(tau)
+    # the landing fraction (tau_hi's value, with the derivatives of the zero of the first witness, to
+    # any order) and the state there (with the derivatives of the trial step at that fraction)
+    tau_land, x_land = land_at_crossing(landing, tau_hi, isolated)
+    tau = jnp.where(isolated, tau_land, h)
     # the events that fire are judged on the state actually kept (if rounding left it untriggered,
     # none fire now: the next step starts a hair before the crossing and finds it again)
     trig = fired_at(program.witness_values(make_ctx(sg(t + tau), sg(x_land))))
@@ -195,37 +198,47 @@ def isolate_crossing(
     return t + tau, x_land, trig, isolated
 
 
-def crossing_fraction(g: Callable[[Array], Array], tau: Array) -> Array:
-    """The zero of ``g`` (a witness after a trial step of a given size) that the bracket search found:
-    its value is ``tau`` (the landing fraction, within the isolation window of the zero); its
-    derivatives with respect to the arrays ``g`` closes over are those of the zero, by the implicit
-    function theorem on the function that was root-found, dtau* = -(dg/dp . dp) / (dg/dtau) at tau*:
-    the rate is that of the trial step map (the integrator's step as a function of its size), not the
-    ODE's, so AD is the derivative of what was computed, for every integrator and step size. The rule
-    calls the function again, so it is differentiable in turn: second and higher derivatives
-    (Hessians through impacts) are exact too. A zero where g is flat (a grazing crossing,
-    dg/dtau = 0) has no derivative; it is given that of dg/dtau = 1 rather than an infinity."""
-    # the arrays g closes over become an explicit (differentiated) argument
-    dynamic, static = eqx.partition(eqx.filter_closure_convert(g, tau), eqx.is_array)
+def land_at_crossing(
+    landing: Callable[[Array], tuple[Array, Array]], tau: Array, isolated: Array
+) -> tuple[Array, Array]:
+    """The landing fraction and the state there, ``(tau, landing(tau)[0])``, where ``landing(s)`` is
+    (the state after a trial step of ``s``, the first witness there) and ``tau`` the zero of that
+    witness the bracket search found (within the isolation window of it).
 
-    def g_of(p: Any, tt: Array) -> Array:
+    The fraction's derivatives with respect to the arrays ``landing`` closes over are those of the
+    zero, by the implicit function theorem on the function that was root-found,
+    dtau* = -(dg/dp . dp) / (dg/dtau) at tau*: the rate is that of the trial step map (the
+    integrator's step as a function of its size), not the ODE's, so AD is the derivative of what was
+    computed, for every integrator and step size; the state's are the trial step's in its arrays and
+    in the fraction, dx = dx/dp . dp + dx/dtau . dtau*. Both come from two JVPs of ``landing`` at
+    tau* (in its arrays, and in the fraction), so the program holds the trial step and the witness
+    once per JVP, not once more each for the fraction and for the state. The rule calls the function
+    again, so it is differentiable in turn: second and higher derivatives (Hessians through impacts)
+    are exact too. A zero where the witness is flat (a grazing crossing, dg/dtau = 0) has no
+    derivative; it is given that of dg/dtau = 1 rather than an infinity. Where not ``isolated`` the
+    fraction has no derivative (the step was kept whole)."""
+    # the arrays landing closes over become an explicit (differentiated) argument
+    dynamic, static = eqx.partition(eqx.filter_closure_convert(landing, tau), eqx.is_array)
+
+    def landing_of(p: Any, tt: Array) -> tuple[Array, Array]:
         return eqx.combine(p, static)(tt)
 
     @jax.custom_jvp
-    def zero(p: Any, tau0: Array) -> Array:
-        return tau0
+    def land(p: Any, tau0: Array, iso: Array) -> tuple[Array, Array]:
+        return tau0, landing_of(p, tau0)[0]
 
-    @zero.defjvp
-    def zero_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-        p, tau0 = primals
-        dp, _ = tangents  # (tau0, the search's result, has no derivative of its own)
-        tau = zero(p, tau0)  # carries the outer derivatives (higher orders)
-        g_tau = jax.jvp(lambda tt: g_of(p, tt), (tau,), (jnp.ones_like(tau),))[1]
-        g_p = jax.jvp(lambda pp: g_of(pp, tau), (p,), (dp,))[1]
-        g_tau = jnp.where(g_tau != 0, g_tau, 1.0)
-        return tau, -g_p / g_tau
+    @land.defjvp
+    def land_jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+        p, tau0, iso = primals
+        dp = tangents[0]  # (tau0, the search's result, has no derivative of its own)
+        tau, x = land(p, tau0, iso)  # carries the outer derivatives (higher orders)
+        (_, _), (dx_p, dg_p) = jax.jvp(lambda pp: landing_of(pp, tau), (p,), (dp,))
+        (_, _), (dx_tau, dg_tau) = jax.jvp(lambda tt: landing_of(p, tt), (tau,), (jnp.ones_like(tau),))
+        dg_tau = jnp.where(dg_tau != 0, dg_tau, 1.0)
+        dtau = jnp.where(iso, -dg_p / dg_tau, 0.0)
+        return (tau, x), (dtau.astype(jnp.result_type(tau)), dx_p + dx_tau * dtau.astype(jnp.result_type(dx_tau)))
 
-    return zero(dynamic, tau)
+    return land(dynamic, tau, isolated)
 
 
 def _bracket(
