@@ -189,8 +189,8 @@ def isolate_crossing(
 
     # the landing fraction (tau_hi's value, with the derivatives of the zero of the first witness, to
     # any order) and the state there (with the derivatives of the trial step at that fraction)
-    tau_land, x_land = land_at_crossing(landing, tau_hi, isolated)
-    tau = jnp.where(isolated, tau_land, h)
+    # (a step kept whole lands at its end, with the step size's derivatives, if any, as before)
+    tau, x_land = land_at_crossing(landing, jnp.where(isolated, tau_hi, h), isolated)
     # the events that fire are judged on the state actually kept (if rounding left it untriggered,
     # none fire now: the next step starts a hair before the crossing and finds it again)
     trig = fired_at(program.witness_values(make_ctx(sg(t + tau), sg(x_land))))
@@ -215,8 +215,8 @@ def land_at_crossing(
     once per JVP, not once more each for the fraction and for the state. The rule calls the function
     again, so it is differentiable in turn: second and higher derivatives (Hessians through impacts)
     are exact too. A zero where the witness is flat (a grazing crossing, dg/dtau = 0) has no
-    derivative; it is given that of dg/dtau = 1 rather than an infinity. Where not ``isolated`` the
-    fraction has no derivative (the step was kept whole)."""
+    derivative; it is given that of dg/dtau = 1 rather than an infinity. Where not ``isolated`` (the
+    step kept whole) ``tau`` is the step's size and keeps its own derivatives."""
     # the arrays landing closes over become an explicit (differentiated) argument
     dynamic, static = eqx.partition(eqx.filter_closure_convert(landing, tau), eqx.is_array)
 
@@ -230,12 +230,12 @@ def land_at_crossing(
     @land.defjvp
     def land_jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
         p, tau0, iso = primals
-        dp = tangents[0]  # (tau0, the search's result, has no derivative of its own)
+        dp, dtau0 = tangents[:2]  # (where iso, tau0 is the search's result: no derivative of its own)
         tau, x = land(p, tau0, iso)  # carries the outer derivatives (higher orders)
         (_, _), (dx_p, dg_p) = jax.jvp(lambda pp: landing_of(pp, tau), (p,), (dp,))
         (_, _), (dx_tau, dg_tau) = jax.jvp(lambda tt: landing_of(p, tt), (tau,), (jnp.ones_like(tau),))
         dg_tau = jnp.where(dg_tau != 0, dg_tau, 1.0)
-        dtau = jnp.where(iso, -dg_p / dg_tau, 0.0)
+        dtau = jnp.where(iso, -dg_p / dg_tau, dtau0)
         return (tau, x), (dtau.astype(jnp.result_type(tau)), dx_p + dx_tau * dtau.astype(jnp.result_type(dx_tau)))
 
     return land(dynamic, tau, isolated)
