@@ -524,7 +524,13 @@ def _run_entry(
         times_key = ("plan", n_plan, idx_key, exact_plan, None if c_ts is None else c_ts.shape[0])
     else:
         times_key = ("static", c_t0, c_tf, None if c_ts is None else tuple(c_ts.tolist()))
-    key = (times_key, entry.key, pending is None)
+    # With JAX's persistent compilation cache on, a top-level call's status is checked after the run,
+    # here, rather than by an error raised inside the program (a host callback: JAX does not cache
+    # programs that hold one), so that a new process reuses the compiled run.
+    after = bool(options["throw"]) and not options["trajectory"] and _persistent_cache_on() and _top_level()
+    key = (times_key, entry.key, pending is None, after)
+    if after:
+        options = dict(options, throw=False)
 
     def build(ref: Any) -> Any:
         # (the compiled body reaches the system through a weak reference, and builds its event
@@ -564,7 +570,50 @@ def _run_entry(
     ts_arg = None if c_ts is None or not times_args else np.asarray(c_ts, dtype)
     acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
     h_arg = None if h0 is None else jnp.asarray(h0, dtype)
-    return compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg)
+    result = compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg)
+    if after:
+        _raise_for_status(result, dtype, integrator.can_fail())
+    return result
+
+
+def _persistent_cache_on() -> bool:
+    """Whether JAX's persistent compilation cache is configured (``jax_compilation_cache_dir``)."""
+    try:
+        config: Any = jax.config
+        return bool(config.jax_compilation_cache_dir) and bool(config.jax_enable_compilation_cache)
+    except AttributeError:  # pragma: no cover (another JAX)
+        return False
+
+
+def _top_level() -> bool:
+    """Whether no JAX trace is active (a plain call, not under a transformation)."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # pragma: no cover (another JAX)
+        return False
+    return bool(trace_state_clean())
+
+
+def _failure_message(code: int, event_index: int, reasons: Any, dtype: Any, implicit: bool) -> str:
+    """The error of a run that stopped with status ``code`` (``event_index``: the failing handler's
+    reason, or -1), as ``throw=True`` raises it."""
+    if code == STATUS_EVENT_FAILED and 0 <= event_index < len(reasons):
+        path, message = reasons[event_index]
+        return (
+            f"simulate: System {path or '(unnamed)'} failed"
+            + (f" with message '{message}'" if message else "")
+            + " (an event handler or the monitor returned EventStatus.failed); the run stopped there. "
+            + "Pass throw=False to get the result, with result.simulator_status()."
+        )
+    return status_message(code, dtype, implicit)
+
+
+def _raise_for_status(result: SimulationResult, dtype: Any, implicit: bool) -> None:
+    """``throw=True``'s error, raised after a run compiled without it (`_run_entry`)."""
+    code = int(result.status)
+    if code != STATUS_OK:
+        index = -1 if result.event_status is None else int(result.event_status[1])
+        raise eqx.EquinoxRuntimeError(_failure_message(code, index, result.status_reasons, dtype, implicit))
 
 
 def _hashable(value: Any) -> Any:
@@ -967,11 +1016,7 @@ def _finish(
         dtype = run.context.get_time().dtype
         implicit = run.integrator.can_fail()
         messages = [status_message(i, dtype, implicit) for i in range(n_base)] + [
-            f"simulate: System {path or '(unnamed)'} failed"
-            + (f" with message '{message}'" if message else "")
-            + " (an event handler or the monitor returned EventStatus.failed); the run stopped there. "
-            + "Pass throw=False to get the result, with result.simulator_status()."
-            for path, message in reasons
+            _failure_message(STATUS_EVENT_FAILED, k, reasons, dtype, implicit) for k in range(len(reasons))
         ]
         which = jnp.where(
             (raw.status == STATUS_EVENT_FAILED) & (event_status[1] >= 0), n_base + event_status[1], raw.status
