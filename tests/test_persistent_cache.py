@@ -3,7 +3,8 @@ compile time as users meet it, e.g. a restarted notebook kernel).
 
 JAX does not cache programs that hold host callbacks, and ``throw=True``'s error is one (an
 ``equinox.error_if``). With the cache configured (``jax_compilation_cache_dir``), a top-level call
-compiles its run without it and raises the same error after the run, from its status."""
+compiles its run without it and raises the same error after the run, from its status;
+``batch_simulate`` always does so at top level (its error then names the failing member)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,39 @@ def test_errors_checked_after_the_run_are_throws_errors(monkeypatch):
     monkeypatch.setattr(simulate_module, "_persistent_cache_on", lambda: True)
     r = js.simulate(clock, ctx, 10.0, js.RungeKutta3Integrator(max_steps=3), throw=False)
     assert int(r.status) != 0 and float(r.context.get_time()) < 10.0
+
+
+class Decay(js.LeafSystem):
+    """x' = -a x (parameter a)."""
+
+    def __init__(self) -> None:
+        super().__init__("decay")
+        self.declare_continuous_state(1, default=[1.0])
+        self.declare_numeric_parameter([1.0])
+
+    def do_calc_time_derivatives(self, context: Any) -> Any:
+        return -context.get_numeric_parameter(0)[0] * context.get_continuous_state_vector()
+
+
+def test_batches_check_their_members_after_the_run():
+    """``batch_simulate`` (a top-level call) checks its members' statuses after the run: members that
+    succeed give the closed form x0 exp(-a T); a batch where one member (a stiff rate, many steps)
+    runs out of step attempts raises ``throw=True``'s error naming that member, with the message that
+    member's own ``simulate`` raises (before, JAX's wrapped runtime error, naming no member)."""
+    s = Decay()
+    ctx = s.create_default_context()
+    rates = jnp.array([0.5, 1.0, 400.0])
+    members = [ctx.with_numeric_parameter(0, jnp.stack([a])) for a in rates]
+    integ = js.RungeKutta3Integrator(target_accuracy=1e-6, max_steps=200)
+    ok = js.batch_simulate(s, js.stack_contexts(members[:2]), 1.0, integ)
+    x = np.asarray(ok.result.context.get_continuous_state_vector()[:, 0])
+    np.testing.assert_allclose(x, np.exp(-np.asarray(rates[:2])), rtol=1e-5)
+    with pytest.raises(eqx.EquinoxRuntimeError) as batch:
+        js.batch_simulate(s, js.stack_contexts(members), 1.0, integ)
+    with pytest.raises(eqx.EquinoxRuntimeError) as single:
+        js.simulate(s, members[2], 1.0, integ)
+    text = str(batch.value)
+    assert text.startswith("batch_simulate: member 2: ") and "maximum number of integrator step attempts" in text
+    assert text.removeprefix("batch_simulate: member 2: ") in str(single.value)
+    failed = js.batch_simulate(s, js.stack_contexts(members), 1.0, integ, throw=False)
+    assert [int(c) for c in failed.result.status][:2] == [0, 0] and int(failed.result.status[2]) != 0

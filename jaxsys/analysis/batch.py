@@ -35,6 +35,7 @@ from ..framework.dispatch import event_leaves
 from ..framework.errors import JaxsysError
 from ..framework.ids import same_structure
 from ..framework.system import System
+from . import simulate as simulate_module
 from .compile_cache import SystemCache, deref
 from .integrators import IntegratorBase
 from .results import SimulationResult
@@ -298,6 +299,10 @@ def batch_simulate(
     **Precision.** Each member runs in the contexts' dtype: float32 batches (the usual choice on a GPU)
     deliver error-controlled accuracies down to ~1e-6 per member (a finer target warns, as for
     ``simulate``); statuses are per member, so one member that fails does not hide behind the others.
+
+    **Errors.** With ``throw=True`` (default) a failed member raises ``simulate``'s error for it,
+    naming it (``batch_simulate: member k: ...``; at top level, checked after the run; under a
+    transformation, inside the program); ``throw=False`` returns every member's status.
     """
     system.validate_context(contexts)
     n_local = batch_size(contexts, "batch_simulate")
@@ -307,14 +312,41 @@ def batch_simulate(
             f"batch_simulate: axis_name={axis_name!r} is not an axis of the mesh; its axes are "
             f"{tuple(mesh.axis_names)}."
         )
-    options = tuple(sorted(simulate_options.items()))
+    # A top-level call's statuses are checked after the run, here: the error names the failing member
+    # and comes as a clean EquinoxRuntimeError (raised inside a jax.jit program, JAX wrapped it in a
+    # runtime error with equinox's advice to use filter_jit), and the program holds no host callback,
+    # so JAX's persistent compilation cache keeps it
+    after = (
+        simulate_options.get("throw", True) is True
+        and not simulate_options.get("trajectory")
+        and jax.process_count() == 1
+        and simulate_module._top_level()
+    )
+    options = tuple(sorted(dict(simulate_options, throw=False).items() if after else simulate_options.items()))
     save = None if save_at is None else tuple(float(t) for t in np.asarray(save_at).reshape(-1))
     run = _runner(system, integrator, float(t_final), save, record, options)
     if mesh is None:
         if process_local and jax.process_count() > 1:
             raise JaxsysError("batch_simulate: process_local=True needs a mesh over all processes' devices.")
-        result = run(contexts)
-        return BatchResult(result, jnp.ones((n_local,), bool), n_local)
-    batch, mask, num = shard_batch(contexts, mesh, axis_name, process_local)
-    result = run(batch)
-    return BatchResult(result, mask, num)
+        result = BatchResult(run(contexts), jnp.ones((n_local,), bool), n_local)
+    else:
+        batch, mask, num = shard_batch(contexts, mesh, axis_name, process_local)
+        result = BatchResult(run(batch), mask, num)
+    if after:
+        _raise_for_members(result, contexts.get_time().dtype, integrator)
+    return result
+
+
+def _raise_for_members(batch: BatchResult, dtype: Any, integrator: IntegratorBase | None) -> None:
+    """``throw=True``'s error for the first member whose run failed, raised after a batch compiled
+    without it (`batch_simulate`'s top-level calls)."""
+    status = np.asarray(batch.result.status)[: batch.num_members]
+    failed = np.flatnonzero(status != 0)
+    if failed.size == 0:
+        return
+    k = int(failed[0])
+    events = batch.result.event_status
+    index = -1 if events is None else int(np.asarray(events)[k, 1])
+    implicit = (integrator if integrator is not None else simulate_module._DEFAULT_INTEGRATOR).can_fail()
+    message = simulate_module._failure_message(int(status[k]), index, batch.result.status_reasons, dtype, implicit)
+    raise eqx.EquinoxRuntimeError(f"batch_simulate: member {k}: {message}")
