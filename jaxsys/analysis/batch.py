@@ -300,9 +300,10 @@ def batch_simulate(
     deliver error-controlled accuracies down to ~1e-6 per member (a finer target warns, as for
     ``simulate``); statuses are per member, so one member that fails does not hide behind the others.
 
-    **Errors.** With ``throw=True`` (default) a failed member raises ``simulate``'s error for it,
-    naming it (``batch_simulate: member k: ...``; at top level, checked after the run; under a
-    transformation, inside the program); ``throw=False`` returns every member's status.
+    **Errors.** With ``throw=True`` (default) a failed member raises ``simulate``'s error for it: at
+    top level checked after the run, naming the first failing member (``batch_simulate: member k:
+    ...``, an ``EquinoxRuntimeError``); under a transformation raised inside the program (naming no
+    member). ``throw=False`` returns every member's status.
     """
     system.validate_context(contexts)
     n_local = batch_size(contexts, "batch_simulate")
