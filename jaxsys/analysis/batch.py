@@ -303,7 +303,8 @@ def batch_simulate(
     **Errors.** With ``throw=True`` (default) a failed member raises ``simulate``'s error for it: at
     top level checked after the run, naming the first failing member (``batch_simulate: member k:
     ...``, an ``EquinoxRuntimeError``); under a transformation raised inside the program (naming no
-    member). ``throw=False`` returns every member's status.
+    member). ``throw=False`` returns every member's status (and, at top level, returns without
+    waiting for the run: the check after it waits).
     """
     system.validate_context(contexts)
     n_local = batch_size(contexts, "batch_simulate")
