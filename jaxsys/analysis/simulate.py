@@ -253,7 +253,10 @@ def simulate(
     Newton, max_steps) give their status. With ``throw=True`` a bad status raises through
     ``equinox.error_if``: directly or under ``eqx.filter_jit`` an ``EquinoxRuntimeError`` with the
     message; under a plain ``jax.jit``, JAX wraps it as "INTERNAL: CpuCallback error" with the message
-    at the end, so prefer ``eqx.filter_jit``, or ``throw=False`` and ``result.status``.
+    at the end, so prefer ``eqx.filter_jit``, or ``throw=False`` and ``result.status``. With JAX's
+    persistent compilation cache configured (``jax_compilation_cache_dir``), a direct call checks the
+    status after the run instead (the same ``EquinoxRuntimeError``), so that the cache keeps its
+    program (JAX does not cache programs holding host callbacks, which ``error_if`` is).
 
     **What a derivative is.** The derivative of the map the run computed:
     - Fixed steps: exactly that map's derivative (finite differences of the same run agree).
