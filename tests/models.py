@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax.numpy as jnp
 
 import jaxsys as js
+
+
+class Decay(js.LeafSystem):
+    """x' = -a x (parameter a)."""
+
+    def __init__(self) -> None:
+        super().__init__("decay")
+        self.declare_continuous_state(1, default=[1.0])
+        self.declare_numeric_parameter([1.0])
+
+    def do_calc_time_derivatives(self, context: Any) -> Any:
+        return -context.get_numeric_parameter(0)[0] * context.get_continuous_state_vector()
 
 
 # every integrator that runs in fixed-step mode, and every error-controlled one

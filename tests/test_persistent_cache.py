@@ -18,6 +18,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from models import Decay
 
 import jaxsys as js
 from jaxsys.analysis import simulate as simulate_module
@@ -115,18 +116,6 @@ def test_errors_checked_after_the_run_are_throws_errors(monkeypatch):
     monkeypatch.setattr(simulate_module, "_persistent_cache_on", lambda: True)
     r = js.simulate(clock, ctx, 10.0, js.RungeKutta3Integrator(max_steps=3), throw=False)
     assert int(r.status) != 0 and float(r.context.get_time()) < 10.0
-
-
-class Decay(js.LeafSystem):
-    """x' = -a x (parameter a)."""
-
-    def __init__(self) -> None:
-        super().__init__("decay")
-        self.declare_continuous_state(1, default=[1.0])
-        self.declare_numeric_parameter([1.0])
-
-    def do_calc_time_derivatives(self, context: Any) -> Any:
-        return -context.get_numeric_parameter(0)[0] * context.get_continuous_state_vector()
 
 
 def test_batches_check_their_members_after_the_run():

@@ -11,21 +11,10 @@ import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from models import Decay
 
 import jaxsys as js
 from jaxsys.analysis import simulate as simulate_module, simulator as simulator_module
-
-
-class Decay(js.LeafSystem):
-    """x' = -a x (parameter a)."""
-
-    def __init__(self) -> None:
-        super().__init__("decay")
-        self.declare_continuous_state(1, default=[1.0])
-        self.declare_numeric_parameter([1.0])
-
-    def do_calc_time_derivatives(self, context: Any) -> Any:
-        return -context.get_numeric_parameter(0)[0] * context.get_continuous_state_vector()
 
 
 class Sampled(js.LeafSystem):
