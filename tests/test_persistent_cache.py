@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -94,8 +95,10 @@ def _error(monkeypatch: Any, cache_on: bool, run: Any) -> str:
 
 def test_errors_checked_after_the_run_are_throws_errors(monkeypatch):
     """With the cache on, a plain call that fails raises ``throw=True``'s error (an
-    ``EquinoxRuntimeError`` with the same message) after the run: the step limit, and a monitor's
-    failure naming the monitor and its message; with ``throw=False`` the result comes back."""
+    ``EquinoxRuntimeError`` with the same message) after the run: the step limit, a monitor's
+    failure naming the monitor and its message, a float32 run's minimum step in float32's figures;
+    with ``throw=False`` the result comes back. Under eager ``jax.grad`` and ``jax.vmap`` (not top
+    level) the run keeps its error inside: values against the closed form x(T) = exp(-a T)."""
     clock = Clock()
     ctx = clock.create_default_context()
 
@@ -106,9 +109,17 @@ def test_errors_checked_after_the_run_are_throws_errors(monkeypatch):
         fails = lambda c: js.EventStatus.failed_if(c.get_time() > 0.5, "too late")  # noqa: E731
         return js.simulate(clock, ctx, 1.0, js.RungeKutta3Integrator(max_step_size=0.1), monitor=fails)
 
+    decay = Decay()
+
+    def stiff32() -> Any:  # (a float32 run below its dtype's minimum step: the message speaks of float32)
+        c = decay.create_default_context(jnp.float32).with_numeric_parameter(0, jnp.asarray([1e4], jnp.float32))
+        integ = js.RungeKutta3Integrator(target_accuracy=1e-4, requested_minimum_step_size=0.01)
+        return js.simulate(decay, c, 1.0, integ)
+
     for run, text in (
         (steps, "maximum number of integrator step attempts"),
         (monitored, "failed with message 'too late'"),
+        (stiff32, "4.8e-07 max(1, |t|) in float32"),
     ):
         inside = _error(monkeypatch, False, run)
         after = _error(monkeypatch, True, run)
@@ -140,3 +151,14 @@ def test_batches_check_their_members_after_the_run():
     assert text.removeprefix("batch_simulate: member 2: ") in str(single.value)
     failed = js.batch_simulate(s, js.stack_contexts(members), 1.0, integ, throw=False)
     assert [int(c) for c in failed.result.status][:2] == [0, 0] and int(failed.result.status[2]) != 0
+    s = Decay()
+    integ = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-12)
+
+    def final(a: Any) -> Any:
+        c = s.create_default_context().with_numeric_parameter(0, jnp.stack([a]))
+        return js.simulate(s, c, 2.0, integ).context.get_continuous_state_vector()[0]
+
+    np.testing.assert_allclose(float(final(1.5)), np.exp(-3.0), rtol=1e-10)
+    np.testing.assert_allclose(float(jax.grad(final)(1.5)), -2.0 * np.exp(-3.0), rtol=1e-9)
+    a = jnp.array([0.5, 1.0])
+    np.testing.assert_allclose(np.asarray(jax.vmap(final)(a)), np.exp(-2.0 * np.asarray(a)), rtol=1e-10)

@@ -403,6 +403,14 @@ def _any_tracer(tree: Any) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
 
 
+try:  # whether no JAX trace is active (JAX internals; without it, a call counts as traced)
+    from jax._src.core import trace_state_clean as _trace_state_clean
+
+    trace_state_clean: Any = _trace_state_clean
+except ImportError:  # pragma: no cover (another JAX)
+    trace_state_clean = None
+
+
 _ENTRY_CACHE: dict[str, Any] = {"enabled": True, "traces": 0, "size": 64}
 _COMPILED: SystemCache[Any] = SystemCache("simulate", maxsize=64)
 # per (system, integrator, functions and options by identity): what _entry derived for them
@@ -590,11 +598,7 @@ def _persistent_cache_on() -> bool:
 
 def _top_level() -> bool:
     """Whether no JAX trace is active (a plain call, not under a transformation)."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:  # pragma: no cover (another JAX)
-        return False
-    return bool(trace_state_clean())
+    return trace_state_clean is not None and bool(trace_state_clean())
 
 
 def _failure_message(code: int, event_index: int, reasons: Any, dtype: Any, implicit: bool) -> str:
