@@ -41,6 +41,24 @@ def _release_compiled_code():
     clear_caches()  # (jaxsys's caches and JAX's)
 
 
+@pytest.fixture(params=["jacobian", "adjoint"])
+def reverse_by(request, monkeypatch):
+    """Each of the two ways jaxsys's loops are differentiated in reverse mode (jaxsys.analysis.adjoint):
+    by their Jacobian (one forward run carrying a tangent per input: loops differentiated in few
+    scalars) and by the discrete adjoint (a backward sweep from checkpoints: the others). "adjoint"
+    forces the sweep whatever the number of inputs. Compiled code is dropped around the forced run
+    (JAX caches the derivatives of programs it has traced)."""
+    from jaxsys.analysis import adjoint
+    from jaxsys.analysis.compile_cache import clear_caches
+
+    if request.param == "adjoint":
+        monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS", (0,) * len(adjoint.JACOBIAN_INPUTS))
+        clear_caches()
+    yield request.param
+    if request.param == "adjoint":
+        clear_caches()
+
+
 def load_drake(name: str) -> dict:
     """Reference data produced by Drake 1.51.1 (see tests/data/README.md)."""
     return json.loads((DATA / f"{name}.json").read_text())

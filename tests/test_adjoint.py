@@ -40,8 +40,15 @@ def run(p, n, max_steps=200_000, wide=0, effect=False):
     return while_fast_primal(lambda c: c[0] < n, body, c0, max_steps)[1]
 
 
+@pytest.fixture
+def sweep(monkeypatch):
+    """The discrete adjoint's sweep whatever the number of inputs (these loops have three: they
+    would be differentiated by their Jacobian)."""
+    monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS", (0,) * len(adjoint.JACOBIAN_INPUTS))
+
+
 @pytest.mark.parametrize("wide", [0, 600])
-def test_gradient_across_segments_thinning_and_cuts(wide):
+def test_gradient_across_segments_thinning_and_cuts(wide, sweep):
     """grad and jacfwd against the closed form for trip counts around every boundary of the
     adjoint's structure (with wide=600 the carry is 4.8 KB: buffers of 16 carries, segments of 16)."""
     c0 = (jnp.zeros((), jnp.int32), P[2], jnp.zeros((wide,)))
@@ -63,7 +70,7 @@ def test_gradient_across_segments_thinning_and_cuts(wide):
 
 
 @pytest.mark.parametrize("effect", [False, True])
-def test_second_order_through_the_bounded_loop(effect):
+def test_second_order_through_the_bounded_loop(effect, reverse_by):
     """Hessians (both nestings) differentiate the adjoint's primitives in their non-linear arguments:
     they go through the bounded loop, and must match the closed form; so must jacfwd(jacfwd)."""
     n = jnp.asarray(45)
@@ -75,7 +82,7 @@ def test_second_order_through_the_bounded_loop(effect):
 
 
 @pytest.mark.parametrize("wide", [0, 600])
-def test_vmap_with_different_trip_counts(wide):
+def test_vmap_with_different_trip_counts(wide, reverse_by):
     """Each member sweeps its own passes: grad of the batch's sum, and the batch's jacfwd. (20,000
     passes re-run their segments, with wide=600 on two levels and more: each member at its own
     level of the re-running while the others sweep.)"""
@@ -92,7 +99,7 @@ def test_vmap_with_different_trip_counts(wide):
         np.testing.assert_allclose(jf, expected, rtol=1e-10)
 
 
-def test_float32():
+def test_float32(reverse_by):
     p32 = P.astype(jnp.float32)
     g = jax.jit(jax.grad(lambda p: run(p, jnp.asarray(2500))))(p32)
     assert g.dtype == jnp.float32
@@ -104,7 +111,7 @@ def test_float32():
     np.testing.assert_allclose(gv, jax.vmap(jax.grad(closed))(jnp.stack([P, P]), ns.astype(float)), rtol=2e-4)
 
 
-def test_leaves_reached_only_through_the_fixed_point_are_swept():
+def test_leaves_reached_only_through_the_fixed_point_are_swept(reverse_by):
     """z takes its tangent from y, y from x, x from the parameter: the analysis of which carry
     leaves carry a derivative must iterate to a fixed point, or z's cotangent is dropped (a wrong
     gradient). A leaf computed under stop_gradient (s) carries none, and must not change the result."""
@@ -133,7 +140,7 @@ def test_leaves_reached_only_through_the_fixed_point_are_swept():
             np.testing.assert_allclose(g, expected, rtol=1e-11, err_msg=f"n={n}, stop={stop}")
 
 
-def test_re_running_adds_no_copy_of_the_body():
+def test_re_running_adds_no_copy_of_the_body(sweep):
     """Runs longer than the forward checkpoints' reach are re-run through the sweep's own replay, at
     every level of re-running: a gradient's program holds as many copies of the loop's body whether
     its bound calls for no re-running (depth 0), one level (depth 1) or three (a large carry). The
@@ -161,3 +168,29 @@ def test_re_running_adds_no_copy_of_the_body():
     assert [d for d, _, _ in programs] == [0, 1, 3]
     assert programs[0][1] == programs[1][1], programs  # (depth 3's bookkeeping adds two small loops)
     assert len({erfs for _, _, erfs in programs}) == 1, programs
+
+
+def test_few_inputs_are_differentiated_by_the_jacobian():
+    """A loop differentiated in few scalars (here x0, a, b: three, the carry one scalar) is
+    differentiated in reverse mode by its Jacobian: the gradient's program is one loop carrying a
+    tangent per input (no checkpointing loop, no sweep), and its values are the closed form's. Nine
+    inputs (past JACOBIAN_INPUTS for a small carry) take the sweep: more loops."""
+
+    def wide_params(q):  # the relaxation with a = sum(q[:-2]) summed inside the loop: len(q) inputs
+        def body(c):
+            return c[0] + 1, c[1] + H * (jnp.sum(q[:-2]) - q[-2] * c[1])
+
+        c0 = (jnp.zeros((), jnp.int32), q[-1])
+        return while_fast_primal(lambda c: c[0] < 300, body, c0, 1000)[1]
+
+    few = jnp.array([0.3, 0.4, 1.3, 0.2])  # a = 0.7 from two scalars: 4 inputs
+    many = jnp.concatenate([jnp.full(7, 0.1), jnp.array([1.3, 0.2])])  # 9 inputs
+    assert adjoint.JACOBIAN_INPUTS[0] in range(4, 9)
+    counts = []
+    for q in (few, many):
+        g = jax.jit(jax.grad(wide_params))
+        counts.append(g.lower(q).as_text().count("stablehlo.while"))
+        dp = jax.grad(closed)(jnp.stack([jnp.sum(q[:-2]), q[-2], q[-1]]), 300.0)
+        expected = jnp.concatenate([jnp.full(len(q) - 2, dp[0]), dp[1:]])
+        np.testing.assert_allclose(g(q), expected, rtol=1e-11)
+    assert counts[0] == 1 and counts[1] > 1, counts

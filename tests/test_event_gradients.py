@@ -213,10 +213,12 @@ BALL = BouncingBall()
 @pytest.mark.parametrize(
     "fixed", [pytest.param(True, marks=pytest.mark.slow), False], ids=["RK4-fixed", "RK5-adaptive"]
 )
-def test_reverse_mode_and_batches_through_impacts(fixed):
+def test_reverse_mode_and_batches_through_impacts(fixed, reverse_by):
     """Reverse mode is the transpose of the forward linear map: checked on a bouncing ball (impacts
-    with resets; parameters z0, g, e). Observed before: grad(sum(vmap)) raised (no transpose rule
-    for stop_gradient, JAX #22011) and vmap(grad) was wrong for two of three members."""
+    with resets; parameters z0, g, e), by the loops' Jacobian (three inputs) and by the discrete
+    adjoint (forced: the sweep through witness isolation and resets). Observed before:
+    grad(sum(vmap)) raised (no transpose rule for stop_gradient, JAX #22011) and vmap(grad) was
+    wrong for two of three members."""
     if fixed:
         integ = js.RungeKutta4Integrator(max_step_size=0.05, fixed_step_mode=True)
     else:

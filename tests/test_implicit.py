@@ -378,11 +378,21 @@ def test_gradients_through_stiff_runs_match_finite_differences(integ):
     np.testing.assert_allclose(float(jv), float(g[0]), rtol=1e-9)
 
 
-@pytest.mark.parametrize("cls", [js.RadauIntegrator, js.Radau5Integrator])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_implicit_runs_under_vmap_and_grad_of_vmap(dtype, cls):
+@pytest.mark.parametrize(
+    "cls, dtype, reverse_by",
+    [
+        (js.RadauIntegrator, jnp.float32, "jacobian"),
+        (js.RadauIntegrator, jnp.float64, "jacobian"),
+        (js.Radau5Integrator, jnp.float32, "jacobian"),
+        (js.Radau5Integrator, jnp.float64, "jacobian"),
+        (js.Radau5Integrator, jnp.float64, "adjoint"),
+    ],
+    indirect=["reverse_by"],
+)
+def test_implicit_runs_under_vmap_and_grad_of_vmap(dtype, cls, reverse_by):
     # the Newton cache, the early-exit iteration and the custom_root derivatives, batched: each member
-    # matches its own unbatched run, and grad(sum(vmap)) matches the unbatched gradients
+    # matches its own unbatched run, and grad(sum(vmap)) matches the unbatched gradients (by the
+    # loops' Jacobian, one input a member, and by the discrete adjoint's sweep, forced)
     s = StiffPair(1e6)
     base = s.create_default_context(dtype)
     integ = cls(max_step_size=0.1, target_accuracy=1e-4)
