@@ -237,8 +237,9 @@ REVERSE = [(js.RungeKutta4Integrator, True), (js.RadauIntegrator, True), (js.Run
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cls, fixed", REVERSE, ids=[f"{c.__name__}-{f}" for c, f in REVERSE])
-def test_reverse_mode_through_every_event_kind(cls, fixed):
-    """The hybrid system in reverse mode (about a minute of compilation per configuration)."""
+def test_reverse_mode_through_every_event_kind(cls, fixed, reverse_by):
+    """The hybrid system in reverse mode (about a minute of compilation per configuration), by the
+    loops' Jacobian (seven parameters) and by the discrete adjoint (forced)."""
     integ = make_integrator(cls, fixed)
     check_reverse_modes(
         lambda p: hybrid_outputs(p, integ), jnp.asarray(P0), jnp.asarray([1.0, -0.5, 2.0, 3.0, 1.5, 0.7])
