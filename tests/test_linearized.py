@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxsys.analysis import linearized
+from jaxsys.analysis import adjoint, linearized
 from jaxsys.analysis.linearized import scan_linearized
 
 
@@ -82,15 +82,54 @@ def test_batched_sweep_in_float32(batched):
         np.testing.assert_allclose(g, jax.grad(lambda q: jnp.sum(closed(q, ks) ** 2))(p4), rtol=2e-5, atol=1e-6)
 
 
+def _scans(fn, *args):
+    return str(jax.make_jaxpr(fn)(*args)).count("scan[")
+
+
 def test_small_steps_and_many_directions_keep_jaxs_scan_derivative(batched, monkeypatch):
     """Where batching does not pay (more directions than MAX_DIRECTIONS here; a step of few equations
-    by default) the scan is differentiated by JAX as it is, with the same values."""
+    by default) and the inputs are too many for the Jacobian (forced here: this run has three), the
+    scan is differentiated by JAX as it is (a scan and its transpose), with the same values."""
     monkeypatch.setattr(linearized, "MAX_DIRECTIONS", 2)  # (5 here: 2 carried + 3 parameters)
+    monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS", (0,) * len(adjoint.JACOBIAN_INPUTS))
     f = lambda p: run(p, 40)  # noqa: E731
-    assert not _uses_batched_sweep(jax.grad(f), P)
+    assert not _uses_batched_sweep(jax.grad(f), P) and _scans(jax.grad(f), P) == 2
     np.testing.assert_allclose(jax.grad(f)(P), jax.grad(closed)(P, 40.0), rtol=1e-12)
-    monkeypatch.undo()
+    monkeypatch.setattr(linearized, "MAX_DIRECTIONS", 64)
+    monkeypatch.setattr(linearized, "MIN_EQNS", 1000)
     assert not _uses_batched_sweep(jax.grad(f), P)  # (the default MIN_EQNS: this step is small)
+
+
+@pytest.mark.parametrize("every", [None, 8])
+def test_small_steps_with_few_inputs_go_by_the_jacobian(every, reverse_by):
+    """A small step differentiated in few scalars (three parameters, a fourth read by the outputs) is
+    differentiated by its Jacobian: one scan carrying a tangent per input (the gradient's program
+    holds no transposed scan); forced otherwise, by JAX's scan derivative. Both equal the closed
+    form's: grad, jacfwd, the Hessian, vmap(grad), with and without outputs."""
+    p4 = jnp.concatenate([P, jnp.array([1.7])])
+    n = 40
+    ks = (every or n) * jnp.arange(1, n // (every or n) + 1)
+
+    def loss(p):
+        if every is None:
+            return run(p, n)
+        final, ys = run_saved(p, n, every)
+        return final + jnp.sum(ys["x"] ** 2) + jnp.sum(jnp.sin(ys["cx"][:, 1]))
+
+    def exact(p):
+        if every is None:
+            return closed(p, n)
+        x2 = closed(p.at[2].set(2 * p[2]), ks)
+        return closed(p, n) + jnp.sum(closed(p, ks) ** 2) + jnp.sum(jnp.sin(p[3] * x2))
+
+    plain = 1 if every is None else 2  # (the scans of the run: with outputs, one inside another)
+    assert _scans(jax.grad(loss), p4) == (plain if reverse_by == "jacobian" else 2 * plain)
+    g = jax.grad(exact)(p4)
+    np.testing.assert_allclose(jax.jit(jax.grad(loss))(p4), g, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(jax.jacfwd(loss)(p4), g, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(jax.hessian(loss)(p4), jax.hessian(exact)(p4), rtol=1e-9, atol=1e-12)
+    ps = jnp.stack([p4, p4 * 1.2])
+    np.testing.assert_allclose(jax.vmap(jax.grad(loss))(ps), jnp.stack([jax.grad(exact)(q) for q in ps]), rtol=1e-11)
 
 
 def run_saved(p, n, every):
