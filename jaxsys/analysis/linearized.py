@@ -363,13 +363,13 @@ def scan_linearized(
             # 33 vs 53 ms)
             (c, ys), (jc, jys) = _scan_jacobian(spec, cl, bp)
             flat = jnp.concatenate([jnp.ravel(x) for x in _jacobian_in(spec, dcl, dbp)])
-            d_c = [_symbolic_zero(x) for x in c]
-            d_ys = [_symbolic_zero(y) for y in ys]
+            dj_c: list[Any] = [_symbolic_zero(x) for x in c]
+            dj_ys: list[Any] = [_symbolic_zero(y) for y in ys]
             for i in spec.c_diff:
-                d_c[i] = jnp.tensordot(flat.astype(jc[i].dtype), jc[i], axes=1)
+                dj_c[i] = jnp.tensordot(flat.astype(jc[i].dtype), jc[i], axes=1)
             for i in spec.y_diff:
-                d_ys[i] = jnp.tensordot(flat.astype(jys[i].dtype), jys[i], axes=1)
-            return finish(c, ys, tree), finish(d_c, d_ys, tree)
+                dj_ys[i] = jnp.tensordot(flat.astype(jys[i].dtype), jys[i], axes=1)
+            return finish(c, ys, tree), finish(dj_c, dj_ys, tree)
         if not worth:
             prim = (s0, tuple(bp))
             tang = _materialize(prim, (tangents[0], tuple(dbp)))
