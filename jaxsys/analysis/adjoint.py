@@ -19,8 +19,9 @@ consts' leaves with a tangent: at most ``JACOBIAN_INPUTS`` for the size of its d
 is differentiated by its Jacobian instead: one run of the plain loop carrying a tangent per input
 (``vmap`` of its JVP over a basis, the primal computed once) gives the final carry and its Jacobian,
 and the loop's tangent is the Jacobian applied to the input tangents, a product JAX transposes
-itself. Reverse mode then costs what forward mode does, with no checkpoints, no sweep and a
-program a quarter the size (S2a-grad: 12.3 -> 4.7 ms, 1.97x the forward run; compile 1.7 -> 0.4 s).
+itself. Reverse mode then costs what forward mode does, with no checkpoints and no sweep (S2a-grad:
+12.0-12.5 -> 4.3 ms, 1.7-1.8x the forward run; compile 1.6 -> 0.4 s). Forward mode in fewer
+directions than the inputs pays for all of them (docs/performance.md).
 Its second derivatives go through the bounded loop, as the primitives' below.
 
 **Only what can carry a derivative.** The carry leaves the adjoint sweeps are those whose tangent
@@ -118,7 +119,7 @@ ONE_REPLAY_EQNS = 1000
 SEGMENT = 32
 # Loops differentiated in few scalars (the start carry's and consts' leaves with a tangent) are
 # differentiated by their Jacobian, one forward run carrying a tangent per scalar, in reverse mode as
-# in forward mode: no checkpoints, no backward sweep, and a program a quarter the size. At most
+# in forward mode: no checkpoints, no backward sweep. At most
 # JACOBIAN_INPUTS[k] scalars where the differentiable carry has at most JACOBIAN_CARRY[k] scalars.
 # Measured on this 2-core CPU (RK3, a system of n states whose dynamics read k parameters,
 # jax.grad in the k parameters over the forward run's time; the adjoint's 2.7-4.1x for any k):
@@ -796,32 +797,39 @@ def _jacobian_in(spec: LoopSpec, cl: list[Any], bcl: list[Any]) -> list[Any]:
     return [cl[i] for i in spec.c_in] + [bcl[i] for i in spec.bc_diff]
 
 
-def _jacobian_eval(
-    spec: LoopSpec, loop: Callable[..., list[Array]], cl: list[Array], bcl: list[Array], ccl: list[Array]
-) -> tuple[list[Array], list[Array]]:
-    """``(final carry, Jacobian)`` of ``loop`` (`LoopSpec.plain` or `LoopSpec.bounded`) from ``cl``:
-    the Jacobian as one array per differentiable final carry leaf, of shape ``(inputs, *leaf)``, in
-    the leaves with a tangent at the start flattened in order (`_jacobian_in`). One run of the loop
-    carrying a tangent per input (``vmap`` of its JVP over a basis: the primal computed once)."""
+def jacobian_of(
+    spec: LoopSpec, fn: Callable[[list[Array], list[Array]], Any], cl: list[Array], bcl: list[Array]
+) -> Any:
+    """``(fn(cl, bcl), its Jacobian)`` in the leaves of ``cl`` and ``bcl`` with a tangent at the start
+    (`_jacobian_in`, flattened in order): the Jacobian as ``fn``'s output tree with a leading axis over
+    the inputs. One run of ``fn`` carrying a tangent per input (``vmap`` of its JVP over a basis: the
+    values computed once)."""
     d0 = _jacobian_in(spec, cl, bcl)
-    sizes = [int(np.prod(jnp.shape(x))) for x in d0]
-    dtype = jnp.result_type(*d0)
-    offsets = np.cumsum([0, *sizes])
+    offsets = np.cumsum([0, *(int(np.prod(jnp.shape(x))) for x in d0)])
     n_c = len(spec.c_in)
 
-    def g(d: list[Array]) -> list[Array]:
+    def g(d: list[Array]) -> Any:
         c, b = list(cl), list(bcl)
         for i, v in zip(spec.c_in, d[:n_c]):
             c[i] = v
         for i, v in zip(spec.bc_diff, d[n_c:]):
             b[i] = v
-        return loop(c, b, ccl)
+        return fn(c, b)
 
-    def column(v: Array) -> tuple[list[Array], list[Array]]:
+    def column(v: Array) -> Any:
         dd = [v[offsets[k] : offsets[k + 1]].reshape(jnp.shape(x)).astype(jnp.result_type(x)) for k, x in enumerate(d0)]
         return jax.jvp(g, (d0,), (dd,))
 
-    out, tan = jax.vmap(column, out_axes=(None, 0))(jnp.eye(int(offsets[-1]), dtype=dtype))
+    return jax.vmap(column, out_axes=(None, 0))(jnp.eye(int(offsets[-1]), dtype=jnp.result_type(*d0)))
+
+
+def _jacobian_eval(
+    spec: LoopSpec, loop: Callable[..., list[Array]], cl: list[Array], bcl: list[Array], ccl: list[Array]
+) -> tuple[list[Array], list[Array]]:
+    """``(final carry, Jacobian)`` of ``loop`` (`LoopSpec.plain` or `LoopSpec.bounded`) from ``cl``
+    (`jacobian_of`): the Jacobian as one array per differentiable final carry leaf, of shape
+    ``(inputs, *leaf)``."""
+    out, tan = jacobian_of(spec, lambda c, b: loop(c, b, ccl), cl, bcl)
     return out, [tan[i] for i in spec.c_diff]
 
 

@@ -46,7 +46,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from .adjoint import LoopSpec, _by_jacobian, _is_symbolic_zero, _jacobian_in, _symbolic_zero, loop_tangent_p
+from .adjoint import (
+    LoopSpec,
+    _by_jacobian,
+    _is_symbolic_zero,
+    _jacobian_in,
+    _symbolic_zero,
+    jacobian_of,
+    loop_tangent_p,
+)
 from .loops import _materialize, closure, closure_and_shape, packed
 
 
@@ -239,28 +247,9 @@ class ScanSpec(LoopSpec):
 
 
 def _scan_jacobian(spec: ScanSpec, cl: list[Array], bcl: list[Array]) -> Any:
-    """``((final carry, outputs), (their Jacobians))`` of the plain run from ``cl``: the Jacobians
-    with a leading axis over the inputs (`adjoint._jacobian_in`, flattened in order), from one run
-    carrying a tangent per input (``vmap`` of its JVP over a basis: the values computed once). Plain
-    scans: JAX differentiates this to any order."""
-    d0 = _jacobian_in(spec, cl, bcl)
-    offsets = np.cumsum([0, *(int(np.prod(jnp.shape(x))) for x in d0)])
-    n_c = len(spec.c_in)
-
-    def g(d: list[Array]) -> tuple[list[Array], list[Array]]:
-        c, b = list(cl), list(bcl)
-        for i, v in zip(spec.c_in, d[:n_c]):
-            c[i] = v
-        for i, v in zip(spec.bc_diff, d[n_c:]):
-            b[i] = v
-        return spec.primal(c, b)
-
-    def column(v: Array) -> Any:
-        dd = [v[offsets[k] : offsets[k + 1]].reshape(jnp.shape(x)).astype(jnp.result_type(x)) for k, x in enumerate(d0)]
-        return jax.jvp(g, (d0,), (dd,))
-
-    basis = jnp.eye(int(offsets[-1]), dtype=jnp.result_type(*d0))
-    return jax.vmap(column, out_axes=(None, 0))(basis)
+    """``((final carry, outputs), (their Jacobians))`` of the plain run from ``cl`` (`adjoint.jacobian_of`:
+    one run carrying a tangent per input). Plain scans: JAX differentiates this to any order."""
+    return jacobian_of(spec, spec.primal, cl, bcl)
 
 
 def _nonzero(d: Any) -> bool:
