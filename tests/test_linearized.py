@@ -122,6 +122,10 @@ def test_small_steps_with_few_inputs_go_by_the_jacobian(every, reverse_by):
         x2 = closed(p.at[2].set(2 * p[2]), ks)
         return closed(p, n) + jnp.sum(closed(p, ks) ** 2) + jnp.sum(jnp.sin(p[3] * x2))
 
+    # in float32 too: the gradient keeps the dtype, against the closed form's
+    g32 = jax.jit(jax.grad(loss))(p4.astype(jnp.float32))
+    assert g32.dtype == jnp.float32
+    np.testing.assert_allclose(g32, jax.grad(exact)(p4), rtol=1e-4, atol=1e-6)
     plain = 1 if every is None else 2  # (the scans of the run: with outputs, one inside another)
     assert _scans(jax.grad(loss), p4) == (plain if reverse_by == "jacobian" else 2 * plain)
     _check_derivatives(loss, exact, p4)

@@ -246,12 +246,6 @@ class ScanSpec(LoopSpec):
         return f, z0
 
 
-def _scan_jacobian(spec: ScanSpec, cl: list[Array], bcl: list[Array]) -> Any:
-    """``((final carry, outputs), (their Jacobians))`` of the plain run from ``cl`` (`adjoint.jacobian_of`:
-    one run carrying a tangent per input). Plain scans: JAX differentiates this to any order."""
-    return jacobian_of(spec, spec.primal, cl, bcl)
-
-
 def _nonzero(d: Any) -> bool:
     return not _is_symbolic_zero(d) and jnp.result_type(d) != jax.dtypes.float0
 
@@ -350,7 +344,7 @@ def scan_linearized(
             # `adjoint` does for loops; a large step keeps the batched Jacobians, whose cost does not
             # grow with the inputs as a run carrying a tangent per input does: MJX's acrobot, 3 masses,
             # 33 vs 53 ms)
-            (c, ys), (jc, jys) = _scan_jacobian(spec, cl, bp)
+            (c, ys), (jc, jys) = jacobian_of(spec, spec.primal, cl, bp)  # (plain scans: any order)
             flat = jnp.concatenate([jnp.ravel(x) for x in _jacobian_in(spec, dcl, dbp)])
             dj_c: list[Any] = [_symbolic_zero(x) for x in c]
             dj_ys: list[Any] = [_symbolic_zero(y) for y in ys]
