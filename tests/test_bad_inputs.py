@@ -620,3 +620,29 @@ def test_advance_pending_events_names_the_expected_pending_flags():
         ):
             js.advance_pending_events(ball, ctx, bad)
     assert float(js.advance_pending_events(ball, ctx, jnp.zeros(n, bool)).get_time()) == 0.0  # (the right flags)
+
+
+@pytest.mark.parametrize(
+    "integrator", [RK3, js.RungeKutta4Integrator(max_step_size=0.1)], ids=["error-controlled", "fixed-step"]
+)
+def test_save_times_that_collide_in_float32_are_an_error_at_the_call(integrator):
+    # valid as given (float64 values: the eager checks pass) but equal once rounded to the float32 run's
+    # dtype: the call says so (the same times traced inside jit are the run's BAD_TIMES status)
+    ts = np.array([0.5, 0.5 + 1e-9, 1.0])
+    c32 = ctx(jnp.float32)
+    with pytest.raises(
+        JaxsysError, match=r"save_at\[1\] = 0.500000001 and save_at\[0\] = 0.5 are equal once rounded to float32"
+    ):
+        js.simulate(DECAY, c32, 1.0, integrator, save_at=ts)
+    r = js.simulate(DECAY, c32, 1.0, integrator, save_at=ts, throw=False)
+    traced = jax.jit(lambda t: js.simulate(DECAY, c32, 1.0, integrator, save_at=t, throw=False))(
+        jnp.asarray(ts, jnp.float32)
+    )
+    assert status_of(r) is js.Status.BAD_TIMES and status_of(traced) is js.Status.BAD_TIMES
+    # valid times: the call (its times checked on the host) and the traced run agree, with the closed form
+    good = np.array([0.25, 0.5, 1.0])
+    r = js.simulate(DECAY, c32, 1.0, integrator, save_at=good)
+    traced = jax.jit(lambda t: js.simulate(DECAY, c32, 1.0, integrator, save_at=t))(jnp.asarray(good, jnp.float32))
+    assert status_of(r) is js.Status.OK
+    np.testing.assert_allclose(np.asarray(r.ys).reshape(-1), np.asarray(traced.ys).reshape(-1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(r.ys).reshape(-1), np.exp(-good), rtol=1e-3)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,7 +26,7 @@ from .integrators.base import step_aux
 from .linearized import scan_linearized
 from .loops import Run
 from .recording import record_buffer, write_row
-from .results import STATUS_EVENT_FAILED, STATUS_NONFINITE, STATUS_OK, LoopOutput, make_statistics
+from .results import STATUS_EVENT_FAILED, STATUS_NONFINITE, STATUS_OK, LoopOutput, pack_statistics
 
 
 Array = jax.Array
@@ -262,7 +261,7 @@ class FixedStepScan:
         last_h = (run.t_final - (run.t0 + (n_steps - 1) * h)) if n_steps else jnp.zeros((), dtype)
         per_step = self.step_evaluations or 0  # (the rest was counted in the carry)
         evaluations = n * per_step + (evals if n_steps > 0 else 0)
-        stats = make_statistics(
+        stats = pack_statistics(
             steps=n,
             attempts=n,
             evaluations=evaluations,
@@ -272,13 +271,14 @@ class FixedStepScan:
             largest=jnp.asarray(h if n_steps > 1 else last_h, dtype),
             initial=jnp.minimum(h, run.t_final - run.t0) if n_steps else jnp.full((), jnp.nan, dtype),
             previous=jnp.asarray(last_h, dtype),
+            fixed=True,
         )
         status = jnp.where(ok, STATUS_OK, STATUS_NONFINITE).astype(jnp.int32)
         if self.program is not None:
             rest, _, logs, counts, ev_status, t_stop, n_taken = evc
             status = jnp.where(ev_status[0] == FAILED, STATUS_EVENT_FAILED, status).astype(jnp.int32)
             if self.program.can_stop:
-                stats = eqx.tree_at(lambda s: (s.num_steps_taken, s.num_step_attempts), stats, (n_taken, n_taken))
+                stats = stats.replace(steps=n_taken, attempts=n_taken)
                 return LoopOutput(t_stop, x, buf, stats, status, rest, logs, counts, None, ev_status)
             return LoopOutput(run.t_final, x, buf, stats, status, rest, logs, counts, None, ev_status)
         return LoopOutput(run.t_final, x, buf, stats, status)

@@ -7,8 +7,8 @@ Drake's statistics, as arrays.
 * [`SimulationResult`][jaxsys.SimulationResult]: the final context, the recorded values, statistics, status and logs.
 * `LoopOutput`: what a stepping loop hands back to [`simulate`][jaxsys.simulate] (internal).
 
-Imports: the framework (Context, errors), `event_loop` (``PublishLog``) and
-`integrators.newton` (the names of the Newton statistics) only.
+Imports: the framework (Context, errors), `event_loop` (``PublishLog``),
+`integrators.newton` (the names of the Newton statistics) and `loop_state` (the packed layouts) only.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from .event_loop import PublishLog
 from .integrators.newton import STAT_FIELDS as NEWTON_STAT_FIELDS
+from .loop_state import CLOCK_FIELDS, COUNTER_FIELDS
 
 
 Array = jax.Array
@@ -134,8 +135,38 @@ def status_message(code: int, dtype: Any = None, implicit: bool = False) -> str:
     return text
 
 
+def _entry(packed: Array, index: int) -> Array:
+    """Entry ``index`` of a packed statistics vector (its last axis; batched runs keep their leading
+    axes). Known values are read on the host (no program to compile for an eager read); traced ones
+    are sliced in the program."""
+    if isinstance(packed, jax.core.Tracer):
+        return packed[..., index]
+    return jnp.asarray(np.asarray(packed)[..., index])
+
+
+_CLOCK = {k: i for i, k in enumerate(CLOCK_FIELDS)}
+_COUNTERS = {k: i for i, k in enumerate(COUNTER_FIELDS)}
+_NEWTON = {k: i for i, k in enumerate(NEWTON_STAT_FIELDS)}
+# Drake's names, in the order as_dict lists them: (which vector, its entry)
+_INTEGRATOR_NAMES: dict[str, tuple[str, int]] = {
+    "num_steps_taken": ("counters", _COUNTERS["steps"]),
+    "num_derivative_evaluations": ("counters", _COUNTERS["evaluations"]),
+    "num_step_shrinkages_from_error_control": ("counters", _COUNTERS["shrinkages"]),
+    "num_substep_failures": ("counters", _COUNTERS["substep_failures"]),
+    # (a sub-step failure shrinks the step once: Drake's rule)
+    "num_step_shrinkages_from_substep_failures": ("counters", _COUNTERS["substep_failures"]),
+    "smallest_adapted_step_size_taken": ("clock", _CLOCK["smallest"]),
+    "largest_step_size_taken": ("clock", _CLOCK["largest"]),
+    "actual_initial_step_size_taken": ("clock", _CLOCK["initial"]),
+    "previous_integration_step_size": ("clock", _CLOCK["previous"]),
+    "num_step_attempts": ("counters", _COUNTERS["attempts"]),
+    **{k: ("newton", i) for i, k in enumerate(NEWTON_STAT_FIELDS)},
+    "ideal_next_step_size": ("clock", _CLOCK["h_ideal"]),
+}
+
+
 class IntegratorStatistics(eqx.Module):
-    """Drake's integrator statistics, as arrays (available after a jitted run).
+    """Drake's integrator statistics, as arrays (available after a jitted run), read by Drake's names.
 
     ``smallest_adapted_step_size_taken`` is NaN in fixed-step mode (Drake: not applicable). A step
     whose Newton iteration fails is retried with half the step: each retry counts one
@@ -149,34 +180,146 @@ class IntegratorStatistics(eqx.Module):
     `ideal_next_step_size`: the step error control would attempt next (Drake's
     ``get_ideal_next_step_size``; NaN in fixed-step mode): the ``Simulator`` starts its next
     ``advance_to`` with it, as Drake's integrator keeps it between calls.
+
+    Stored as the stepping loop keeps them, packed: ``clock`` (float, the loop's `Clock` layout),
+    ``counters`` (int32, its `Counters` layout) and ``newton`` (int32, the Newton counts; None for an
+    explicit method: zeros), each with the run's batch axes in front; the properties read one entry
+    each. (A run's program then hands
+    its statistics back as they are, without a kernel per number for XLA to compile.) `as_dict`
+    gives them all as Python numbers.
     """
 
-    num_steps_taken: Array
-    num_derivative_evaluations: Array
-    num_step_shrinkages_from_error_control: Array
-    num_substep_failures: Array
-    num_step_shrinkages_from_substep_failures: Array
-    smallest_adapted_step_size_taken: Array
-    largest_step_size_taken: Array
-    actual_initial_step_size_taken: Array
-    previous_integration_step_size: Array
-    num_step_attempts: Array
-    num_newton_raphson_iterations: Array
-    num_jacobian_evaluations: Array
-    num_iteration_matrix_factorizations: Array
-    num_derivative_evaluations_for_jacobian: Array
-    num_error_estimator_newton_raphson_iterations: Array
-    num_error_estimator_derivative_evaluations: Array
-    num_error_estimator_jacobian_evaluations: Array
-    num_error_estimator_iteration_matrix_factorizations: Array
-    ideal_next_step_size: Array
+    clock: Array
+    counters: Array
+    newton: Array | None = None
+    fixed: bool = eqx.field(static=True, default=False)
+
+    def _get(self, name: str) -> Array:
+        which, index = _INTEGRATOR_NAMES[name]
+        if which == "newton" and self.newton is None:
+            return jnp.zeros(jnp.shape(self.counters)[:-1], jnp.int32)
+        value = _entry(getattr(self, which), index)
+        if name == "ideal_next_step_size" and self.fixed:
+            return jnp.full_like(value, jnp.nan)
+        return value
+
+    @property
+    def num_steps_taken(self) -> Array:
+        """Accepted steps (Drake's ``get_num_steps_taken``)."""
+        return self._get("num_steps_taken")
+
+    @property
+    def num_derivative_evaluations(self) -> Array:
+        """Derivative evaluations, all of them (``get_num_derivative_evaluations``)."""
+        return self._get("num_derivative_evaluations")
+
+    @property
+    def num_step_shrinkages_from_error_control(self) -> Array:
+        """Steps shrunk by error control (``get_num_step_shrinkages_from_error_control``)."""
+        return self._get("num_step_shrinkages_from_error_control")
+
+    @property
+    def num_substep_failures(self) -> Array:
+        """Sub-step failures, e.g. a Newton iteration that did not converge (``get_num_substep_failures``)."""
+        return self._get("num_substep_failures")
+
+    @property
+    def num_step_shrinkages_from_substep_failures(self) -> Array:
+        """Steps shrunk after a sub-step failure (``get_num_step_shrinkages_from_substep_failures``)."""
+        return self._get("num_step_shrinkages_from_substep_failures")
+
+    @property
+    def smallest_adapted_step_size_taken(self) -> Array:
+        """Smallest step error control chose, s (NaN: none; ``get_smallest_adapted_step_size_taken``)."""
+        return self._get("smallest_adapted_step_size_taken")
+
+    @property
+    def largest_step_size_taken(self) -> Array:
+        """Largest step taken, s (``get_largest_step_size_taken``)."""
+        return self._get("largest_step_size_taken")
+
+    @property
+    def actual_initial_step_size_taken(self) -> Array:
+        """First step taken, s (NaN: none; ``get_actual_initial_step_size_taken``)."""
+        return self._get("actual_initial_step_size_taken")
+
+    @property
+    def previous_integration_step_size(self) -> Array:
+        """Last step taken, s (``get_previous_integration_step_size``)."""
+        return self._get("previous_integration_step_size")
+
+    @property
+    def num_step_attempts(self) -> Array:
+        """Step attempts, accepted or not (jaxsys's; Drake counts them inside its integrator)."""
+        return self._get("num_step_attempts")
+
+    @property
+    def num_newton_raphson_iterations(self) -> Array:
+        """Newton-Raphson iterations (``ImplicitIntegrator::get_num_newton_raphson_iterations``)."""
+        return self._get("num_newton_raphson_iterations")
+
+    @property
+    def num_jacobian_evaluations(self) -> Array:
+        """Jacobian evaluations (``get_num_jacobian_evaluations``)."""
+        return self._get("num_jacobian_evaluations")
+
+    @property
+    def num_iteration_matrix_factorizations(self) -> Array:
+        """Iteration-matrix factorizations (``get_num_iteration_matrix_factorizations``)."""
+        return self._get("num_iteration_matrix_factorizations")
+
+    @property
+    def num_derivative_evaluations_for_jacobian(self) -> Array:
+        """Derivative evaluations spent on Jacobians (``get_num_derivative_evaluations_for_jacobian``)."""
+        return self._get("num_derivative_evaluations_for_jacobian")
+
+    @property
+    def num_error_estimator_newton_raphson_iterations(self) -> Array:
+        """Newton iterations of the error estimator (``get_num_error_estimator_newton_raphson_iterations``)."""
+        return self._get("num_error_estimator_newton_raphson_iterations")
+
+    @property
+    def num_error_estimator_derivative_evaluations(self) -> Array:
+        """Derivative evaluations of the error estimator (``get_num_error_estimator_derivative_evaluations``)."""
+        return self._get("num_error_estimator_derivative_evaluations")
+
+    @property
+    def num_error_estimator_jacobian_evaluations(self) -> Array:
+        """Jacobian evaluations of the error estimator (``get_num_error_estimator_jacobian_evaluations``)."""
+        return self._get("num_error_estimator_jacobian_evaluations")
+
+    @property
+    def num_error_estimator_iteration_matrix_factorizations(self) -> Array:
+        """Factorizations of the error estimator (``get_num_error_estimator_iteration_matrix_factorizations``)."""
+        return self._get("num_error_estimator_iteration_matrix_factorizations")
+
+    @property
+    def ideal_next_step_size(self) -> Array:
+        """The step error control would attempt next, s (NaN in fixed-step mode; ``get_ideal_next_step_size``)."""
+        return self._get("ideal_next_step_size")
 
     def as_dict(self) -> dict[str, float]:
-        """Plain Python numbers, keyed by Drake's names."""
-        return {k: np.asarray(getattr(self, k)).item() for k in self.__dataclass_fields__}
+        """Plain Python numbers, keyed by Drake's names (an unbatched run's)."""
+        newton = np.zeros(len(NEWTON_STAT_FIELDS), np.int32) if self.newton is None else self.newton
+        host = {"clock": np.asarray(self.clock), "counters": np.asarray(self.counters), "newton": np.asarray(newton)}
+        out = {name: host[which][..., index].item() for name, (which, index) in _INTEGRATOR_NAMES.items()}
+        if self.fixed:
+            out["ideal_next_step_size"] = float("nan")
+        return out
+
+    def replace(self, **changes: Array) -> IntegratorStatistics:
+        """A copy with entries changed, by the loop's short names (`pack_statistics`'s keywords)."""
+        clock = self.clock
+        counters = self.counters
+        for k, v in changes.items():
+            if k in _CLOCK:
+                clock = clock.at[..., _CLOCK[k]].set(v)
+            else:
+                counters = counters.at[..., _COUNTERS[k]].set(v)
+        return IntegratorStatistics(clock, counters, self.newton, self.fixed)
 
 
-def make_statistics(
+def pack_statistics(
     *,
     steps: Array,
     attempts: Array,
@@ -188,41 +331,78 @@ def make_statistics(
     initial: Array,
     previous: Array,
     newton: Array | None = None,
-    ideal: Array | None = None,
+    fixed: bool = False,
 ) -> IntegratorStatistics:
-    """IntegratorStatistics from the loop's short names (a sub-step failure shrinks the step once);
-    ``newton``: the implicit method's counts (``integrators.newton.STAT_FIELDS`` order), or None;
-    ``ideal``: the step error control would take next (Drake's ``get_ideal_next_step_size``; NaN
-    when not applicable)."""
-    newton_counts = jnp.zeros((len(NEWTON_STAT_FIELDS),), jnp.int32) if newton is None else newton
+    """IntegratorStatistics from the loop's short names, for a loop that does not keep a `Clock` and
+    `Counters` (the fixed-step scan; the stepping while loop hands its own over as they are).
+    ``newton``: the implicit method's counts (``integrators.newton.STAT_FIELDS`` order), or None."""
+    dtype = jnp.result_type(previous)
+    nan = jnp.full((), jnp.nan, dtype)
+    clock = dict(t=nan, h_try=nan, h_ideal=nan, smallest=smallest, largest=largest, initial=initial, previous=previous)
+    zero = jnp.zeros((), jnp.int32)
+    counts = dict(
+        steps=steps,
+        attempts=attempts,
+        shrinkages=shrinkages,
+        substep_failures=substep_failures,
+        status=zero,
+        at_minimum=zero,
+        evaluations=evaluations,
+    )
     return IntegratorStatistics(
-        num_steps_taken=steps,
-        num_derivative_evaluations=evaluations,
-        num_step_shrinkages_from_error_control=shrinkages,
-        num_substep_failures=substep_failures,
-        num_step_shrinkages_from_substep_failures=substep_failures,
-        smallest_adapted_step_size_taken=smallest,
-        largest_step_size_taken=largest,
-        actual_initial_step_size_taken=initial,
-        previous_integration_step_size=previous,
-        num_step_attempts=attempts,
-        **{k: newton_counts[i] for i, k in enumerate(NEWTON_STAT_FIELDS)},
-        ideal_next_step_size=jnp.full((), jnp.nan, jnp.result_type(previous)) if ideal is None else ideal,
+        jnp.stack([jnp.asarray(clock[k], dtype) for k in CLOCK_FIELDS]),
+        jnp.stack([jnp.asarray(counts[k], jnp.int32) for k in COUNTER_FIELDS]),
+        newton,
+        fixed,
     )
 
 
 class SimulatorStatistics(eqx.Module):
     """Drake's simulator statistics: steps, and how many times each kind of event was dispatched
-    (simultaneous events of one kind count once, as in Drake)."""
+    (simultaneous events of one kind count once, as in Drake).
 
-    num_steps_taken: Array
-    num_publishes: Array
-    num_discrete_updates: Array
-    num_unrestricted_updates: Array
+    Stored packed (``counters``: the integrator statistics' vector, whose steps are the simulator's;
+    ``events``: int32 publishes, discrete updates, unrestricted updates; None for a system without
+    events: zeros), read by the properties."""
+
+    counters: Array
+    events: Array | None = None
+
+    def _event(self, index: int) -> Array:
+        if self.events is None:
+            return jnp.zeros(jnp.shape(self.counters)[:-1], jnp.int32)
+        return _entry(self.events, index)
+
+    @property
+    def num_steps_taken(self) -> Array:
+        """Steps taken (Drake's ``Simulator::get_num_steps_taken``)."""
+        return _entry(self.counters, _COUNTERS["steps"])
+
+    @property
+    def num_publishes(self) -> Array:
+        """Publish dispatches (``get_num_publishes``)."""
+        return self._event(0)
+
+    @property
+    def num_discrete_updates(self) -> Array:
+        """Discrete-update dispatches (``get_num_discrete_updates``)."""
+        return self._event(1)
+
+    @property
+    def num_unrestricted_updates(self) -> Array:
+        """Unrestricted-update dispatches (``get_num_unrestricted_updates``)."""
+        return self._event(2)
 
     def as_dict(self) -> dict[str, int]:
         """Plain Python numbers."""
-        return {k: int(np.asarray(getattr(self, k))) for k in self.__dataclass_fields__}
+        counters = np.asarray(self.counters)
+        events = np.zeros(3, np.int32) if self.events is None else np.asarray(self.events)
+        return {
+            "num_steps_taken": int(counters[..., _COUNTERS["steps"]]),
+            "num_publishes": int(events[..., 0]),
+            "num_discrete_updates": int(events[..., 1]),
+            "num_unrestricted_updates": int(events[..., 2]),
+        }
 
 
 class SimulatorStatusReason(enum.Enum):
@@ -335,8 +515,8 @@ class SimulationResult(eqx.Module):
       [`advance_pending_events`][jaxsys.advance_pending_events]; the [`Simulator`][jaxsys.Simulator] does this for you.
       Systems with timed events (``do_calc_next_update_time``) have one more flag per timed event.
     - `event_status`: int32 ``[severity, reason index]`` of the statuses the event handlers and
-      the monitor returned (first worst; severity 2 reached termination, 3 failed); read it with
-      `reached_termination` and `simulator_status`.
+      the monitor returned (first worst; severity 2 reached termination, 3 failed; None for a system
+      without events); read it with `reached_termination` and `simulator_status`.
     - `boundary_time`: the ``t_final`` asked for.
     - `trajectory`: the run's continuous trajectory (a [`DenseTrajectory`][jaxsys.DenseTrajectory]) when
       asked for with ``save_at=js.SaveAt(..., trajectory=capacity)``, else None.

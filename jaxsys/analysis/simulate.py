@@ -539,7 +539,22 @@ def _run_entry(
     # here, rather than by an error raised inside the program (a host callback: JAX does not cache
     # programs that hold one), so that a new process reuses the compiled run.
     after = bool(options["throw"]) and not options["trajectory"] and _persistent_cache_on() and _top_level()
-    key = (times_key, entry.key, pending is None, after)
+    dtype = context.get_time().dtype
+    times_args = dynamic_times or plan is not None
+    tf_arg = np.asarray(c_tf, dtype) if times_args else None
+    ts_arg = None if c_ts is None or not times_args else np.asarray(c_ts, dtype)
+    # Times passed as arguments are checked here, on the values the run receives (cast to its dtype),
+    # by the run's own rule: valid ones (the usual case) go to a program without the run-time check
+    # (fewer kernels for XLA to compile: ~60 ms of a small diagram's first call). Times that passed the
+    # eager checks but not this one became invalid when rounded to the run's dtype: an error here
+    # (throw=True), or the program that reports them (status BAD_TIMES), as a traced call does.
+    host_checked = False
+    if times_args and c_t0 is not None:
+        ts_run = np.zeros((0,), dtype) if ts_arg is None else ts_arg
+        host_checked = bool(_times_ok(np.asarray(c_t0, dtype), tf_arg, ts_run, xp=np))
+        if not host_checked and options["throw"]:
+            raise JaxsysError(_rounded_times_message(c_t0, c_tf, c_ts, ts_run, dtype))
+    key = (times_key, entry.key, pending is None, after, host_checked)
     if after:
         options = dict(options, throw=False)
 
@@ -548,7 +563,7 @@ def _run_entry(
         # program when traced: the cache does not keep a dropped system alive)
         def with_args(acc: Any, h: Any) -> dict[str, Any]:
             opts = dict(options, integrator=integrator._with_traced_accuracy(acc)) if traced_accuracy else options
-            return dict(opts, initial_step_size=h)
+            return dict(opts, initial_step_size=h, times_checked=host_checked)
 
         if dynamic_times:
 
@@ -575,10 +590,6 @@ def _run_entry(
 
     _COMPILED.maxsize = _FAST.maxsize = _ENTRY_CACHE["size"]
     compiled = _COMPILED.get(system, key, build)
-    dtype = context.get_time().dtype
-    times_args = dynamic_times or plan is not None
-    tf_arg = np.asarray(c_tf, dtype) if times_args else None
-    ts_arg = None if c_ts is None or not times_args else np.asarray(c_ts, dtype)
     acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
     h_arg = None if h0 is None else jnp.asarray(h0, dtype)
     result = compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg)
@@ -659,11 +670,13 @@ def _simulate_body(
     initial_step_size: Any = None,
     trajectory: int = 0,
     fixed_plan: Any = None,
+    times_checked: bool = False,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point). ``fixed_plan``:
     the fixed-step scan's plan (`plan_fixed_steps`), made at the call from the times that are traced
-    here (a system without events)."""
+    here (a system without events). ``times_checked``: the traced times were checked at the call, on
+    the values this program receives (`_run_entry`): the run does not check them again."""
     t0 = context.get_time()
     dtype = t0.dtype
     ts = jnp.zeros((0,), dtype) if save_at is None else jnp.asarray(save_at, dtype).reshape(-1)
@@ -680,7 +693,8 @@ def _simulate_body(
     progress = progress_meter if progress_meter is not None else NoProgressMeter()
     # times known only at run time are checked there: a bad one stops the run before its first step
     times_ok = None
-    if c_t0 is None or c_tf is None or (save_at is not None and concrete(save_at) is None):
+    traced_times = c_t0 is None or c_tf is None or (save_at is not None and concrete(save_at) is None)
+    if traced_times and not times_checked:
         times_ok = _times_ok(t0, jnp.asarray(t_final, dtype), ts)
         t_final = jnp.where(times_ok, t_final, t0)
         ts = jnp.where(times_ok, ts, t0 + jnp.arange(ts.shape[0], dtype=dtype) * 0.0)
@@ -737,14 +751,38 @@ def _simulate_body(
     return _finish(run, raw, program, init_values, throw, planned_t0, events[5] if program else None)
 
 
-def _times_ok(t0: Array, t_final: Array, ts: Array) -> Array:
+def _rounded_times_message(t0: float, t_final: float, ts: Any, ts_run: Any, dtype: Any) -> str:
+    """The error for times valid as given but not once rounded to the run's dtype (`_run_entry`)."""
+    name = jnp.dtype(dtype).name
+    if ts_run.shape[0] > 1 and np.any(np.diff(ts_run) <= 0):
+        i = int(np.argmax(np.diff(ts_run) <= 0))
+        what = (
+            f"save_at[{i + 1}] = {float(ts[i + 1])!r} and save_at[{i}] = {float(ts[i])!r} are equal once rounded to "
+            f"{name} ({float(ts_run[i])!r}): save times must be strictly increasing in the run's dtype"
+        )
+    else:
+        what = (
+            f"the save times (from {float(ts[0])!r} to {float(ts[-1])!r}) leave [t0, t_final] = [{float(t0)!r}, "
+            f"{float(t_final)!r}] once rounded to {name}"
+            if ts is not None and len(ts)
+            else f"t_final = {float(t_final)!r} is before the start time {float(t0)!r} once rounded to {name}"
+        )
+    return (
+        f"simulate: {what} (the context's dtype is {name}). Space the times further apart, or enable float64 "
+        f"(jax.config.update('jax_enable_x64', True)) before creating the context. (throw=False returns the result "
+        f"with status BAD_TIMES instead.)"
+    )
+
+
+def _times_ok(t0: Any, t_final: Any, ts: Any, xp: Any = jnp) -> Any:
     """The run-time check of times that were traced: finite, t0 <= t_final, save times finite, strictly
-    increasing and within [t0, t_final] (the eager checks of `_check_values`, inside jit)."""
-    ok = jnp.isfinite(t0) & jnp.isfinite(t_final) & (t_final >= t0)
+    increasing and within [t0, t_final] (the eager checks of `_check_values`, inside jit). ``xp=np``:
+    the same rule on known values, in their dtype (`_run_entry`)."""
+    ok = xp.isfinite(t0) & xp.isfinite(t_final) & (t_final >= t0)
     if ts.shape[0]:
-        scale = jnp.maximum(1.0, jnp.abs(t_final))
-        ok = ok & jnp.all(jnp.isfinite(ts)) & (ts[0] >= t0 - 1e-12 * scale) & (ts[-1] <= t_final + 1e-12 * scale)
-        ok = ok & jnp.all(jnp.diff(ts) > 0)
+        scale = xp.maximum(1.0, xp.abs(t_final))
+        ok = ok & xp.all(xp.isfinite(ts)) & (ts[0] >= t0 - 1e-12 * scale) & (ts[-1] <= t_final + 1e-12 * scale)
+        ok = ok & xp.all(xp.diff(ts) > 0)
     return ok
 
 
@@ -1005,7 +1043,8 @@ def _finish(
     to the whole context: a diagram's context has arrays for every leaf."""
     if program and raw.event_status is None:
         raw = raw._replace(event_status=status0)
-    event_status = raw.event_status if program else jnp.asarray([0, -1], jnp.int32)
+    # (None without events: an output XLA would build with a kernel of its own)
+    event_status = raw.event_status if program else None
     reasons = tuple(program.reasons) if program else ()
     checked = (raw.t, raw.x, raw.ys, raw.status)
     if planned_t0 is not None:
@@ -1025,8 +1064,12 @@ def _finish(
         messages = [status_message(i, dtype, implicit) for i in range(n_base)] + [
             _failure_message(STATUS_EVENT_FAILED, k, reasons, dtype, implicit) for k in range(len(reasons))
         ]
-        which = jnp.where(
-            (raw.status == STATUS_EVENT_FAILED) & (event_status[1] >= 0), n_base + event_status[1], raw.status
+        which = (
+            raw.status
+            if event_status is None
+            else jnp.where(
+                (raw.status == STATUS_EVENT_FAILED) & (event_status[1] >= 0), n_base + event_status[1], raw.status
+            )
         )
         checked = eqx.branched_error_if(checked, raw.status != STATUS_OK, which, messages)
     if throw and raw.segments is not None:
@@ -1053,10 +1096,9 @@ def _finish(
     if program:
         final = set_rest(final, raw.rest)
         counts = raw.counts
-        sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, counts[0], counts[1], counts[2])
+        sim_stats = SimulatorStatistics(raw.stats.counters, counts)
     else:
-        zero = jnp.zeros((), jnp.int32)
-        sim_stats = SimulatorStatistics(raw.stats.num_steps_taken, zero, zero, zero)
+        sim_stats = SimulatorStatistics(raw.stats.counters, None)
     pending = (
         raw.pending if raw.pending is not None else (program.no_witness_flags() if program else jnp.zeros((0,), bool))
     )

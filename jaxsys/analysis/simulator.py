@@ -223,7 +223,7 @@ class Simulator:
         self, packed: Any, reasons: tuple[tuple[str, str], ...], boundary: float, reached: float, where: str
     ) -> SimulatorStatus:
         """The SimulatorStatus of a packed event status; raises on failure (Drake throws)."""
-        severity, which = int(packed[0]), int(packed[1])
+        severity, which = (0, -1) if packed is None else (int(v) for v in np.asarray(packed)[:2])
         system, message = reasons[which] if 0 <= which < len(reasons) else ("", "")
         if severity >= EventStatus.FAILED:
             status = SimulatorStatus(SimulatorStatusReason.EVENT_HANDLER_FAILED, boundary, reached, system, message)

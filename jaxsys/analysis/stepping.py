@@ -67,8 +67,8 @@ from .results import (
     STATUS_NONFINITE,
     STATUS_OK,
     STATUS_WITNESS_NONFINITE,
+    IntegratorStatistics,
     LoopOutput,
-    make_statistics,
 )
 from .step_size import StepChoice, Verdict, choose_step, error_control
 from .trajectory import SegmentBuffer
@@ -608,19 +608,8 @@ class StepLoop:
         else:
             status = c.status
         status = jnp.where(unfinished & (status == STATUS_OK), STATUS_MAX_STEPS, status).astype(jnp.int32)
-        stats = make_statistics(
-            steps=c.steps,
-            attempts=c.attempts,
-            evaluations=c.evaluations,
-            shrinkages=c.shrinkages,
-            substep_failures=c.substep_failures,
-            smallest=clock.smallest,
-            largest=clock.largest,
-            initial=clock.initial,
-            previous=clock.previous,
-            newton=integrator.newton_counts(s.integrator),
-            ideal=None if self.fixed else clock.h_ideal,
-        )
+        # (the loop's packed clock and counters as they are: no kernel per number in the program)
+        stats = IntegratorStatistics(clock.packed, c.packed, integrator.newton_counts(s.integrator), self.fixed)
         segments = s.segments if self.trajectory else None
         if self.program is not None:
             ev = s.events

@@ -1,0 +1,90 @@
+"""Drake's statistics as a run hands them back: packed as the stepping loop keeps them, read by name.
+
+A plain run's program returns the loop's clock and counters vectors as they are (no kernel per number
+for XLA to compile); `IntegratorStatistics` and `SimulatorStatistics` read them by Drake's names. The
+readings must agree however the result was made: eagerly (read on the host), inside ``jax.jit``
+(sliced in the program), batched (one per member), and through ``as_dict``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsys as js
+from jaxsys.analysis.results import _INTEGRATOR_NAMES
+
+
+def _decay() -> js.LeafSystem:
+    return js.examples.SpringMassDamper(stiffness=4.0, damping=0.5, has_input=False)
+
+
+SYSTEM = _decay()
+CTX = SYSTEM.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+INTEGRATORS = {
+    "RK3 error control": js.RungeKutta3Integrator(target_accuracy=1e-5),
+    "RK4 fixed step": js.RungeKutta4Integrator(max_step_size=0.05),
+    "implicit Euler": js.ImplicitEulerIntegrator(target_accuracy=1e-3),
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGRATORS))
+def test_statistics_read_alike_eagerly_under_jit_and_batched(name):
+    integ = INTEGRATORS[name]
+    r = js.simulate(SYSTEM, CTX, 1.0, integ)
+    eager = {k: np.asarray(getattr(r.stats, k)) for k in _INTEGRATOR_NAMES}
+    # every name, read by property and by as_dict, is the same number
+    as_dict = r.stats.as_dict()
+    assert set(as_dict) == set(_INTEGRATOR_NAMES)
+    for k, v in eager.items():
+        np.testing.assert_array_equal(v, as_dict[k], err_msg=k)
+    # the same run traced inside jit, its statistics read in the program
+    traced = jax.jit(lambda c: {k: getattr(js.simulate(SYSTEM, c, 1.0, integ).stats, k) for k in _INTEGRATOR_NAMES})(
+        CTX
+    )
+    for k, v in eager.items():
+        np.testing.assert_array_equal(v, np.asarray(traced[k]), err_msg=k)
+    # two members, the first the run above: one reading per member
+    batch = js.stack_contexts([CTX, CTX.with_continuous_state(jnp.array([0.5, 1.0]))])
+    b = js.batch_simulate(SYSTEM, batch, 1.0, integ)
+    for k, v in eager.items():
+        got = np.asarray(getattr(b.result.stats, k))
+        assert got.shape == (2,), (k, got.shape)
+        np.testing.assert_array_equal(got[0], v, err_msg=k)
+    # Drake's meanings: steps taken and attempted, the ideal step only under error control, Newton counts
+    # only for the implicit method; a system without events dispatched none, its steps the integrator's
+    steps = int(r.stats.num_steps_taken)
+    assert steps > 0 and int(r.stats.num_step_attempts) >= steps
+    if name == "RK4 fixed step":
+        assert steps == 20 and np.isnan(float(r.stats.ideal_next_step_size))
+        assert np.isnan(float(r.stats.smallest_adapted_step_size_taken))
+        assert float(r.stats.largest_step_size_taken) == pytest.approx(0.05)
+    else:
+        assert 0 < float(r.stats.ideal_next_step_size) < 1.0
+        assert 0 < float(r.stats.smallest_adapted_step_size_taken) <= float(r.stats.largest_step_size_taken)
+    newton = int(r.stats.num_newton_raphson_iterations)
+    assert (newton > 0) == (name == "implicit Euler")
+    sim = r.simulator_stats.as_dict()
+    assert sim == dict(num_steps_taken=steps, num_publishes=0, num_discrete_updates=0, num_unrestricted_updates=0)
+
+
+def test_simulator_statistics_count_events():
+    # a periodic publish every 0.1 s over [0, 1]: 11 dispatches (t = 0 included), as Drake counts them
+    class Ticker(js.LeafSystem):
+        def __init__(self) -> None:
+            super().__init__("ticker")
+            self.declare_continuous_state(1)
+            self.declare_periodic_publish_event(0.1, 0.0, lambda ctx: None)
+
+        def do_calc_time_derivatives(self, context):
+            return -context.get_continuous_state_vector()
+
+    s = Ticker()
+    ctx = s.create_default_context().with_continuous_state(jnp.array([1.0]))
+    r = js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(target_accuracy=1e-6))
+    assert int(r.simulator_stats.num_publishes) == 11
+    assert int(r.simulator_stats.num_discrete_updates) == 0
+    assert int(r.simulator_stats.num_steps_taken) == int(r.stats.num_steps_taken)
+    np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), np.exp(-1.0), rtol=1e-5)
