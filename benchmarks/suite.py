@@ -301,6 +301,78 @@ def case_plain_calls():
     return "S2b as users call it (plain calls; compile = first call)", rows
 
 
+_COLD_JAXSYS = """
+import time, jax, jax.numpy as jnp, jaxsys as js
+from jaxsys.examples import Pendulum
+class PD(js.LeafSystem):
+    def __init__(self):
+        super().__init__("pd")
+        self.declare_numeric_parameter([20.0, 4.0])
+        self.declare_vector_input_port("x", 2)
+        self.declare_vector_output_port("u", 1, self.calc_u)
+    def calc_u(self, context):
+        theta, thetadot = self.get_input_port(0).eval(context)
+        kp, kd = context.get_numeric_parameter(0)
+        return jnp.stack([-kp * theta - kd * thetadot])
+builder = js.DiagramBuilder()
+plant = builder.add_system(Pendulum())
+pd = builder.add_system(PD())
+builder.connect(plant.get_output_port("state"), pd.get_input_port("x"))
+builder.connect(pd.get_output_port("u"), plant.get_input_port("tau"))
+diagram = builder.build("diagram")
+context = diagram.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+integ = js.RungeKutta3Integrator(target_accuracy=1e-6)
+ts = jax.block_until_ready(jnp.linspace(0, 5, 51))
+out = []
+for _ in range(2):
+    t = time.perf_counter()
+    x = js.simulate(diagram, context, 5.0, integ, save_at=ts).context.get_continuous_state_vector()
+    jax.block_until_ready(x)
+    out.append(time.perf_counter() - t)
+print(*out)
+"""
+
+_COLD_DIFFRAX = """
+import time, jax, jax.numpy as jnp, diffrax
+def f(t, y, args):
+    theta, thetadot = y
+    tau = -20.0 * theta - 4.0 * thetadot
+    return jnp.stack([thetadot, tau - 0.1 * thetadot - 9.81 * jnp.sin(theta)])
+term, solver = diffrax.ODETerm(f), diffrax.Bosh3()
+ctrl = diffrax.PIDController(rtol=1e-6, atol=1e-6)
+ts = jax.block_until_ready(jnp.linspace(0, 5, 51))
+y0 = jax.block_until_ready(jnp.array([1.0, 0.0]))
+out = []
+for _ in range(2):
+    t = time.perf_counter()
+    sol = diffrax.diffeqsolve(term, solver, 0.0, 5.0, 0.01, y0, stepsize_controller=ctrl, saveat=diffrax.SaveAt(ts=ts))
+    jax.block_until_ready(sol.ys)
+    out.append(time.perf_counter() - t)
+print(*out)
+"""
+
+
+def case_cold_first_call(processes: int = 3):
+    """S2b-cold: the README's pendulum + PD diagram (float32, RK3 1e-6, 51 save times), its first plain
+    ``js.simulate`` in a new process (import and model building excluded; no persistent compilation
+    cache): "compile" is that first call (tracing, lowering, XLA), "run" the second. Median of
+    ``processes`` processes; Diffrax's first ``diffeqsolve`` of the same closed loop (Bosh3, the same
+    order, rtol = atol = 1e-6) for reference. Goal (#40): the first call under 250 ms."""
+
+    def cold(code: str) -> tuple[float, float]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+        runs = []
+        for _ in range(processes):
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            runs.append([float(v) for v in out.stdout.split()[-2:]])
+        return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+    rows = [("jaxsys: first plain js.simulate in a new process", *cold(_COLD_JAXSYS))]
+    if diffrax is not None:
+        rows.append(("diffrax: first diffeqsolve in a new process", *cold(_COLD_DIFFRAX)))
+    return "S2b-cold README diagram, first call in a new process (compile = first call)", rows
+
+
 def case_dopri_work_precision():
     """Equal accuracy, not equal tolerance: Drake's error measure (a max-norm of the local error
     against ``accuracy``) is stricter than Diffrax's (an RMS norm against rtol*|y| + atol), so at the
@@ -1655,6 +1727,7 @@ def main() -> None:
         ("S2a", case_rk3),
         ("S2b", case_dopri),
         ("S2b-plain", case_plain_calls),
+        ("S2b-cold", case_cold_first_call),
         ("S2b'", case_dopri_work_precision),
         ("S2b+", case_dopri_saved),
         ("S2a-grad", case_reverse),
