@@ -241,9 +241,10 @@ class DiagramContext(Context):
 
     # --- continuous state in storage blocks (a loose leaf, or a whole pack) -----------------------
     def _cont_blocks(self, first_leaf: int = 0) -> tuple[list[tuple[Array, list[int], tuple[int, int, int]]], int]:
-        """Blocks of continuous state in storage order (loose subcontexts, then packs): (x of shape
-        (members, n), leaf positions of the members, (num_q, num_v, num_z) per member); and the
-        position after the last leaf."""
+        """Blocks of continuous state in storage order (loose subcontexts, then packs): (x as stored:
+        shape (n,) for a loose leaf, (members, n) for a pack; leaf positions of the members,
+        (num_q, num_v, num_z) per member); and the position after the last leaf. (Stored arrays as
+        they are: an eager accessor then runs no array operation for a diagram with one block.)"""
         blocks: list[tuple[Array, list[int], tuple[int, int, int]]] = []
         pack_pos: dict[int, list[int]] = {}
         li = first_leaf
@@ -258,7 +259,7 @@ class DiagramContext(Context):
                 blocks.extend(inner)
             else:
                 cs = sub.state.continuous_state
-                blocks.append((cs.x[None], [li], (cs.num_q, cs.num_v, cs.num_z)))
+                blocks.append((cs.x, [li], (cs.num_q, cs.num_v, cs.num_z)))
                 li += 1
         for p, pack in enumerate(self.packs):
             cs = pack.state.continuous_state
@@ -273,7 +274,7 @@ class DiagramContext(Context):
         """The continuous state, Drake's [q, v, z] ordering (Drake: ``get_continuous_state``)."""
         blocks, _ = self._cont_blocks()
         perm, nq, nv, nz = _cont_layout(blocks)
-        pieces = [x.reshape(-1) for x, _, _ in blocks if np.size(x)]
+        pieces = [x if np.ndim(x) == 1 else x.reshape(-1) for x, _, _ in blocks if np.size(x)]
         if not pieces:
             x = jnp.zeros((0,), self.time.dtype)
         else:
@@ -302,7 +303,10 @@ class DiagramContext(Context):
         xs, off = [], 0
         for xb, _, _ in blocks:
             k = int(np.size(xb))
-            xs.append(x[off : off + k].reshape(np.shape(xb)) if k else xb)
+            if k == n and np.ndim(xb) == 1:
+                xs.append(x)  # (the only block, stored as a vector: no array operation)
+            else:
+                xs.append(x[off : off + k].reshape(np.shape(xb)) if k else xb)
             off += k
         return self._with_cont_blocks(xs)
 
@@ -315,15 +319,20 @@ class DiagramContext(Context):
             else:
                 x = xs.pop(0)
                 cs = sub.state.continuous_state
-                loose.append(sub._replace_state(continuous_state=dataclasses.replace(cs, x=x[0].astype(cs.x.dtype))))
+                loose.append(sub._replace_state(continuous_state=dataclasses.replace(cs, x=_as_dtype(x, cs.x.dtype))))
         packs = []
         for pack in self.packs:
             x = xs.pop(0)
             cs = pack.state.continuous_state
-            packs.append(pack._replace_state(continuous_state=dataclasses.replace(cs, x=x.astype(cs.x.dtype))))
+            packs.append(pack._replace_state(continuous_state=dataclasses.replace(cs, x=_as_dtype(x, cs.x.dtype))))
         return DiagramContext(
             self.time, tuple(loose), tuple(packs), self.inputs, self.system_id, self.layout, self.accuracy
         )
+
+
+def _as_dtype(x: Any, dtype: Any) -> Any:
+    """``x`` in ``dtype`` (itself when it already is: no array operation)."""
+    return x if getattr(x, "dtype", None) == dtype else jnp.asarray(x).astype(dtype)
 
 
 def _cont_layout(blocks: list[tuple[Array, list[int], tuple[int, int, int]]]) -> tuple[np.ndarray, int, int, int]:
@@ -331,7 +340,8 @@ def _cont_layout(blocks: list[tuple[Array, list[int], tuple[int, int, int]]]) ->
     per_leaf: dict[int, tuple[int, tuple[int, int, int]]] = {}
     off = 0
     for x, leaves, sizes in blocks:
-        n = int(np.shape(x)[1]) if np.ndim(x) == 2 else 0
+        shape = np.shape(x)
+        n = int(shape[-1]) if len(shape) in (1, 2) else 0
         for m, li in enumerate(leaves):
             per_leaf[li] = (off + m * n, sizes)
         off += len(leaves) * n
