@@ -446,9 +446,10 @@ class EventProgram:
         """Whether the state went back through a guard (the run stops)."""
         return jnp.any(guard[2] > 0)
 
-    def no_witness_flags(self) -> Array:
-        """All-false event flags: one per witness function, then one per timed event."""
-        return jnp.zeros((len(self.witnesses) + len(self.timed),), bool)
+    def no_witness_flags(self, xp: Any = jnp) -> Array:
+        """All-false event flags: one per witness function, then one per timed event (``xp=np``: on
+        the host, for a compiled program's argument)."""
+        return xp.zeros((len(self.witnesses) + len(self.timed),), bool)
 
     # ----- timed events (do_calc_next_update_time) ------------------------------------------------
     def next_timed(self, context: Context) -> tuple[Array, Array] | None:

@@ -189,7 +189,7 @@ class Simulator:
         said so); a failed handler raises an error naming its system and message, as Drake's."""
         self._require_context("initialize")
         program = EventProgram(self._system, self._context, self._monitor)
-        self._pending = program.no_witness_flags()
+        self._pending = program.no_witness_flags(np)  # (no eager array operation)
         t0 = float(self._context.get_time())
         packed = np.array([0, -1])
         self._stats = {}  # (Drake's Initialize resets the statistics, then counts its own events)
@@ -277,12 +277,13 @@ class Simulator:
         self._log_parts.append(tuple(result.publish_logs))
         self._pending = result.pending_witness_events
         self._context = result.context
-        ideal = float(result.stats.ideal_next_step_size)
+        stats = result.stats.as_dict()  # (read on the host once)
+        ideal = float(stats["ideal_next_step_size"])
         if not zero_length and np.isfinite(ideal):
             self._ideal_step = ideal
         # (a step of zero length performed the periodic updates due now: the next step does not repeat them)
         self._updates_at_start = not zero_length
-        for k, v in result.stats.as_dict().items():
+        for k, v in stats.items():
             if k.startswith("num_"):
                 self._stats[k] = self._stats.get(k, 0) + v
             else:
