@@ -66,6 +66,9 @@ def test_statistics_read_alike_eagerly_under_jit_and_batched(name):
         assert 0 < float(r.stats.smallest_adapted_step_size_taken) <= float(r.stats.largest_step_size_taken)
     newton = int(r.stats.num_newton_raphson_iterations)
     assert (newton > 0) == (name == "implicit Euler")
+    # printed by Drake's names (unbatched), or as packed with the batch's shape
+    assert f"num_steps_taken={steps}" in repr(r.stats) and "num_publishes=0" in repr(r.simulator_stats)
+    assert "batch shape (2,)" in repr(b.result.stats)
     sim = r.simulator_stats.as_dict()
     assert sim == dict(num_steps_taken=steps, num_publishes=0, num_discrete_updates=0, num_unrestricted_updates=0)
 

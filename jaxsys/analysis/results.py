@@ -307,6 +307,13 @@ class IntegratorStatistics(eqx.Module):
             out["ideal_next_step_size"] = float("nan")
         return out
 
+    def __repr__(self) -> str:
+        """Drake's names and values (an unbatched run's; otherwise the packed vectors' shapes)."""
+        if isinstance(self.counters, jax.core.Tracer) or np.ndim(self.counters) != 1:
+            batch = tuple(np.shape(self.counters)[:-1])
+            return f"IntegratorStatistics(packed, batch shape {batch}: read by Drake's names)"
+        return "IntegratorStatistics(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
     def replace(self, **changes: Array) -> IntegratorStatistics:
         """A copy with entries changed, by the loop's short names (`pack_statistics`'s keywords)."""
         clock = self.clock
@@ -392,6 +399,13 @@ class SimulatorStatistics(eqx.Module):
     def num_unrestricted_updates(self) -> Array:
         """Unrestricted-update dispatches (``get_num_unrestricted_updates``)."""
         return self._event(2)
+
+    def __repr__(self) -> str:
+        """Drake's names and values (an unbatched run's; otherwise the packed vectors' shapes)."""
+        if isinstance(self.counters, jax.core.Tracer) or np.ndim(self.counters) != 1:
+            batch = tuple(np.shape(self.counters)[:-1])
+            return f"SimulatorStatistics(packed, batch shape {batch}: read by Drake's names)"
+        return "SimulatorStatistics(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
     def as_dict(self) -> dict[str, int]:
         """Plain Python numbers."""
