@@ -115,14 +115,18 @@ def write_row(buf: Any, k: Array, value: Any, hit: Array) -> Any:
     return jax.tree_util.tree_map(upd, buf, value)
 
 
-def initial_saves(record: Callable[[Context], Any], context: Context, ts: Array, t0: Array) -> tuple[Array, Any]:
+def initial_saves(
+    record: Callable[[Context], Any], context: Context, ts: Array, t0: Array, count: Array | None = None
+) -> tuple[Array, Any]:
     """The buffers with the save times at or before the start filled with the start's value, and how
-    many those are."""
-    buf = record_buffer(record, context, int(ts.shape[0]))
-    hit0 = ts <= t0
+    many those are. ``count``: that number, when the caller counted it (the times known at the call;
+    the save times are increasing, so they are the first ``count``)."""
+    n = int(ts.shape[0])
+    buf = record_buffer(record, context, n)
+    hit0 = ts <= t0 if count is None else jnp.arange(n) < count
     first = record(context)
     buf = jax.tree_util.tree_map(lambda b, v: jnp.where(hit0.reshape((-1,) + (1,) * (b.ndim - 1)), v, b), buf, first)
-    return jnp.sum(hit0).astype(jnp.int32), buf
+    return (jnp.sum(hit0) if count is None else jnp.asarray(count)).astype(jnp.int32), buf
 
 
 def run_with_saving(

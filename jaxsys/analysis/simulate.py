@@ -554,6 +554,10 @@ def _run_entry(
         host_checked = bool(_times_ok(np.asarray(c_t0, dtype), tf_arg, ts_run, xp=np))
         if not host_checked and options["throw"]:
             raise JaxsysError(_rounded_times_message(c_t0, c_tf, c_ts, ts_run, dtype))
+    # (counted here too, the save times at or before the start: an argument, not a reduction to compile)
+    n0_arg = None
+    if host_checked and ts_arg is not None:
+        n0_arg = np.asarray(np.sum(ts_arg <= np.asarray(c_t0, dtype)), np.int32)
     key = (times_key, entry.key, pending is None, after, host_checked)
     if after:
         options = dict(options, throw=False)
@@ -565,23 +569,26 @@ def _run_entry(
             opts = dict(options, integrator=integrator._with_traced_accuracy(acc)) if traced_accuracy else options
             return dict(opts, initial_step_size=h, times_checked=host_checked)
 
+        def with_count(acc: Any, h: Any, n0: Any) -> dict[str, Any]:
+            return dict(with_args(acc, h), saves_at_start=n0)
+
         if dynamic_times:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any, n0: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
-                return _simulate_body(system, ctx, tf, ts, pend, None, **with_args(acc, h))
+                return _simulate_body(system, ctx, tf, ts, pend, None, **with_count(acc, h, n0))
 
         elif plan is not None:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any, n0: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
-                return _simulate_body(system, ctx, tf, ts, pend, None, fixed_plan=plan, **with_args(acc, h))
+                return _simulate_body(system, ctx, tf, ts, pend, None, fixed_plan=plan, **with_count(acc, h, n0))
 
         else:
 
-            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any) -> SimulationResult:
+            def body(ctx: Context, tf: Any, ts: Any, pend: Any, acc: Any, h: Any, n0: Any) -> SimulationResult:
                 _ENTRY_CACHE["traces"] += 1
                 system = deref(ref)
                 return _simulate_body(system, ctx, c_tf, c_ts, pend, c_t0, **with_args(acc, h))
@@ -592,7 +599,7 @@ def _run_entry(
     compiled = _COMPILED.get(system, key, build)
     acc_arg = np.asarray(integrator.target_accuracy, dtype) if traced_accuracy else None
     h_arg = None if h0 is None else jnp.asarray(h0, dtype)
-    result = compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg)
+    result = compiled(context, tf_arg, ts_arg, pending, acc_arg, h_arg, n0_arg)
     if after:
         _raise_for_status(result, dtype, integrator.can_fail())
     return result
@@ -671,12 +678,14 @@ def _simulate_body(
     trajectory: int = 0,
     fixed_plan: Any = None,
     times_checked: bool = False,
+    saves_at_start: Any = None,
 ) -> SimulationResult:
     """The run itself (after the eager checks). ``known_t0``: the context's start time when the
     context is traced but its time was known at the call (the compiled entry point). ``fixed_plan``:
     the fixed-step scan's plan (`plan_fixed_steps`), made at the call from the times that are traced
     here (a system without events). ``times_checked``: the traced times were checked at the call, on
-    the values this program receives (`_run_entry`): the run does not check them again."""
+    the values this program receives (`_run_entry`): the run does not check them again;
+    ``saves_at_start``: how many save times are at or before the start, counted there too."""
     t0 = context.get_time()
     dtype = t0.dtype
     ts = jnp.zeros((0,), dtype) if save_at is None else jnp.asarray(save_at, dtype).reshape(-1)
@@ -698,7 +707,9 @@ def _simulate_body(
         times_ok = _times_ok(t0, jnp.asarray(t_final, dtype), ts)
         t_final = jnp.where(times_ok, t_final, t0)
         ts = jnp.where(times_ok, ts, t0 + jnp.arange(ts.shape[0], dtype=dtype) * 0.0)
-    run = _make_run(system, context, integrator, _checked_record(record or _default_record), t_final, ts, progress)
+    run = _make_run(
+        system, context, integrator, _checked_record(record or _default_record), t_final, ts, progress, saves_at_start
+    )
     fixed = integrator.get_fixed_step_mode()
     plan = None
     t0_plan = float(c_t0) if c_t0 is not None else float(start_time or 0.0)
@@ -1012,8 +1023,10 @@ def _make_run(
     t_final: Any,
     ts: Array,
     progress: AbstractProgressMeter,
+    saves_at_start: Any = None,
 ) -> Run:
-    """The `Run` bundle: the vector field and what integrators need besides it."""
+    """The `Run` bundle: the vector field and what integrators need besides it. ``saves_at_start``:
+    how many save times are at or before the start, when counted at the call (else the run counts)."""
     t0 = context.get_time()
     t_final_arr = jnp.asarray(t_final, t0.dtype)
     cs = context.get_continuous_state()
@@ -1025,6 +1038,8 @@ def _make_run(
     rolled = rolled_stages(system, f, t0, cs.x)
     aux = step_aux(system, context, rolled=rolled)
     aux["progress"] = (progress, progress.start(t0, t_final_arr))
+    if saves_at_start is not None:
+        aux["saves_at_start"] = saves_at_start
     return Run(system, context, integrator, f, aux, record, cs.x, t0, t_final_arr, ts)
 
 

@@ -558,7 +558,7 @@ class StepLoop:
                 # a save at the start time sees the state after the updates due then (Drake's AdvanceTo(t0))
                 s0 = self.start_updates(s0)
                 start_ctx = self.context_at(s0, s0.clock.t, s0.x)
-            saves0 = initial_saves(run.record, start_ctx, run.ts, run.t0)
+            saves0 = initial_saves(run.record, start_ctx, run.ts, run.t0, run.aux.get("saves_at_start"))
             s, (n_saved, buf) = run_with_saving(
                 s0,
                 run.ts,
