@@ -91,3 +91,38 @@ def test_simulator_statistics_count_events():
     assert int(r.simulator_stats.num_discrete_updates) == 0
     assert int(r.simulator_stats.num_steps_taken) == int(r.stats.num_steps_taken)
     np.testing.assert_allclose(float(r.context.get_continuous_state_vector()[0]), np.exp(-1.0), rtol=1e-5)
+
+
+def test_events_without_a_status_count_only_where_they_ran():
+    # a leaf whose handlers mix a status-less callback and one returning an EventStatus: a dispatch
+    # counts only where an event was due (every 0.1 s on [0, 1], t = 0 included: 11 of 40 steps),
+    # alike in the fixed-step scan, the while loop and under error control (they counted every step)
+    class Mixed(js.LeafSystem):
+        def __init__(self) -> None:
+            super().__init__("mixed")
+            self.declare_continuous_state(1, default=[1.0])
+            self.declare_discrete_state(1)
+            self.declare_periodic_publish_event(0.1, 0.0, lambda c: None)
+            self.declare_periodic_publish_event(0.1, 0.0, lambda c: js.EventStatus.succeeded())
+            self.declare_periodic_discrete_update_event(0.1, 0.0, lambda c, d: c.get_discrete_state(0) + 1.0)
+            self.declare_periodic_discrete_update_event(
+                0.1, 0.0, lambda c, d: (d, js.EventStatus.reached_termination_if(c.get_time() > 5.0))
+            )
+
+        def do_calc_time_derivatives(self, context):
+            return -context.get_continuous_state_vector()
+
+    s = Mixed()
+    ctx = s.create_default_context()
+    rk4 = js.RungeKutta4Integrator(max_step_size=0.025)
+    runs = {
+        "scan": js.simulate(s, ctx, 1.0, rk4),
+        "while": js.simulate(s, ctx, 1.0, rk4, at_least_one_step=True),
+        "error control": js.simulate(s, ctx, 1.0, js.RungeKutta3Integrator(target_accuracy=1e-3, max_step_size=0.025)),
+    }
+    for name, r in runs.items():
+        stats = r.simulator_stats.as_dict()
+        assert stats["num_publishes"] == 11, (name, stats)
+        # (updates at 0.1 ... 0.9 and, at t = 0, the first step's: those due at t_final stay pending)
+        assert stats["num_discrete_updates"] == 10, (name, stats)
+        assert float(r.context.get_discrete_state(0)[0]) == 10.0, name

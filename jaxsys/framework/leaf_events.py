@@ -124,12 +124,13 @@ def _unless_failed(active: Any, statuses: list[EventStatus | None]) -> Any:
     return jnp.logical_and(active, prior.severity < FAILED)
 
 
-def _with_status(result: Any, statuses: list[EventStatus | None]) -> Any:
+def _with_status(result: Any, statuses: list[EventStatus | None], actives: list[Any]) -> Any:
     """``result``, or ``(result, combined status)`` when any handler returned a status (the loop runs
-    statuses; handlers that returned none count as succeeded where active)."""
+    statuses; handlers that returned none count as succeeded where active, ``actives`` their gates:
+    an inactive one did nothing)."""
     if all(s is None for s in statuses):
         return result
-    return result, combine([EventStatus.succeeded() if s is None else s for s in statuses])
+    return result, combine([EventStatus.succeeded().gated(a) if s is None else s for s, a in zip(statuses, actives)])
 
 
 class LeafEvents(System):
@@ -358,6 +359,7 @@ class LeafEvents(System):
         """
         out: list[Any] = []
         statuses: list[Any] = []
+        actives: list[Any] = []
         for e, active in events:
             if e.callback is None:
                 out.append(None)
@@ -378,7 +380,8 @@ class LeafEvents(System):
                 value, status = _gated_call(active, run, None, events.dense)
             out.append(value)
             statuses.append(status)
-        return _with_status(tuple(out), statuses)
+            actives.append(active)
+        return _with_status(tuple(out), statuses, actives)
 
     def do_calc_discrete_variable_updates(
         self, context: Context, events: EventCollection, discrete_state: DiscreteValues
@@ -394,6 +397,7 @@ class LeafEvents(System):
         """
         ds = discrete_state
         statuses: list[Any] = []
+        actives: list[Any] = []
         for e, active in events:
             if e.callback is None:
                 continue
@@ -405,9 +409,11 @@ class LeafEvents(System):
                 new = ds if new is None else normalize_discrete(self, new, ds, f"the update of {e!r}")
                 return _applied(status, new, ds), status
 
-            ds, status = _gated_call(_unless_failed(active, statuses), run, ds, events.dense)
+            gate = _unless_failed(active, statuses)
+            ds, status = _gated_call(gate, run, ds, events.dense)
             statuses.append(status)
-        return _with_status(ds, statuses)
+            actives.append(gate)
+        return _with_status(ds, statuses, actives)
 
     def do_calc_unrestricted_update(self, context: Context, events: EventCollection, state: State) -> Any:
         """Handle the simultaneous unrestricted-update events (Drake: ``DoCalcUnrestrictedUpdate``).
@@ -417,6 +423,7 @@ class LeafEvents(System):
         """
         st = state
         statuses: list[Any] = []
+        actives: list[Any] = []
         for e, active in events:
             if e.callback is None:
                 continue
@@ -428,9 +435,11 @@ class LeafEvents(System):
                 new = st if new is None else check_state(self, new, st, f"the update of {e!r}")
                 return _applied(status, new, st), status
 
-            st, status = _gated_call(_unless_failed(active, statuses), run, st, events.dense)
+            gate = _unless_failed(active, statuses)
+            st, status = _gated_call(gate, run, st, events.dense)
             statuses.append(status)
-        return _with_status(st, statuses)
+            actives.append(gate)
+        return _with_status(st, statuses, actives)
 
     # ===== declarations: constraints =============================================================
     def declare_equality_constraint(
