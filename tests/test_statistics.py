@@ -73,6 +73,26 @@ def test_statistics_read_alike_eagerly_under_jit_and_batched(name):
     assert sim == dict(num_steps_taken=steps, num_publishes=0, num_discrete_updates=0, num_unrestricted_updates=0)
 
 
+def test_statistics_in_float32_read_alike_eagerly_under_jit_and_batched():
+    # the packed clock keeps the run's dtype; its readings agree however the result was made
+    ctx32 = SYSTEM.create_default_context(jnp.float32).with_continuous_state(jnp.array([1.0, 0.0], jnp.float32))
+    integ = js.RungeKutta3Integrator(target_accuracy=1e-4)
+    r = js.simulate(SYSTEM, ctx32, 1.0, integ)
+    assert r.stats.clock.dtype == jnp.float32 and r.stats.largest_step_size_taken.dtype == jnp.float32
+    traced = jax.jit(lambda c: js.simulate(SYSTEM, c, 1.0, integ).stats)(ctx32)
+    batch = js.batch_simulate(SYSTEM, js.stack_contexts([ctx32, ctx32]), 1.0, integ).result.stats
+    for k in _INTEGRATOR_NAMES:
+        eager = np.asarray(getattr(r.stats, k))
+        np.testing.assert_array_equal(np.asarray(getattr(traced, k)), eager, err_msg=k)
+    # batched: each member's readings are its own run's (a float32 batch rounds in other orders than a
+    # single run, so its members are compared with themselves, read whole by as_dict)
+    for i in range(2):
+        member = jax.tree_util.tree_map(lambda a, i=i: a[i], batch).as_dict()
+        for k in _INTEGRATOR_NAMES:
+            np.testing.assert_array_equal(np.asarray(getattr(batch, k))[i], member[k], err_msg=k)
+    assert int(r.stats.num_steps_taken) > 0 and 0 < float(r.stats.ideal_next_step_size) < 1.0
+
+
 def test_simulator_statistics_count_events():
     # a periodic publish every 0.1 s over [0, 1]: 11 dispatches (t = 0 included), as Drake counts them
     class Ticker(js.LeafSystem):
