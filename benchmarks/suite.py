@@ -45,6 +45,14 @@ M, L, B, G = 1.0, 1.0, 0.1, 9.81
 X0 = jnp.array([1.0, 0.0])
 
 
+def x64():
+    """float64 for a block whatever the run's dtype (``jax.enable_x64`` on newer JAX, else the experimental one)."""
+    ctx = getattr(jax, "enable_x64", None)
+    if ctx is None:
+        from jax.experimental import enable_x64 as ctx
+    return ctx(True)
+
+
 def timeit(fn, *args, repeats=15):
     t = time.perf_counter()
     jax.block_until_ready(fn(*args))
@@ -1499,7 +1507,7 @@ def case_stiff_batch(n=1024, t_final=300.0, tolerance=1e-6):
 
     # the reference in float64 whatever the run's dtype (float32 cannot reach a tight accuracy here: at 1e-6
     # some members stop with MIN_STEP, and a batch waits for its slowest member)
-    with jax.enable_x64(True):
+    with x64():
         base64 = vdp.create_default_context().with_continuous_state(jnp.array([2.0, 0.0], jnp.float64))
         mus64 = jnp.asarray(np.asarray(mus), jnp.float64)
         contexts64 = jax.vmap(lambda mu: base64.with_numeric_parameter(0, jnp.stack([mu])))(mus64)
