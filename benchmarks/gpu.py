@@ -11,8 +11,8 @@ Rows (each a ratio against the first row of its case, measured side by side in t
   hand-written ``jit(vmap(fori_loop(rk4)))`` (the floor);
 - the same batches error-controlled, at equal final error: ``batch_simulate`` with RK5 at 1e-3 against
   Diffrax's ``jit(vmap(diffeqsolve(Dopri5)))`` at the loosest tolerance as accurate;
-- the stiff batch (1,024 Van der Pol, mu ~ U[100, 1000], Radau5) against Diffrax's vmap(Kvaerno5) at
-  equal final error (suite.py's S3d);
+- the stiff batch (1,024 Van der Pol, mu ~ U[100, 1000], Radau5; to t = 300 with --x64, else t = 30)
+  against Diffrax's vmap(Kvaerno5) at equal final error (suite.py's S3d);
 - the MuJoCo rollouts (1,024 and 10,000 randomized boxes with contacts, 300 steps) against a raw
   ``jit(vmap(scan(mjx.step)))`` (suite.py's S10-batch), where mujoco-mjx is installed.
 
@@ -62,7 +62,11 @@ def main() -> None:
         if "error" in only:
             cases.append(lambda n=n: case_batch_error_controlled(n, js, jax, jnp, suite))
     if "stiff" in only:
-        cases.append(lambda: suite.case_stiff_batch(stiff_n, t_final=30.0 if args.quick else 300.0, tolerance=tol))
+        # to t = 300 in float64; in float32 to t = 30: past it, |x2| ~ mu during the jumps resolves only ~1e-4
+        # in float32, below both methods' error targets, and some members never finish (jaxsys stops them
+        # with MIN_STEP in about a second; Diffrax's vmap(Kvaerno5) ran 1,000,000 steps, 220 s on a CPU)
+        stiff_tf = 300.0 if args.x64 and not args.quick else 30.0
+        cases.append(lambda: suite.case_stiff_batch(stiff_n, t_final=stiff_tf, tolerance=tol))
     try:
         import mujoco  # noqa: F401
         from mujoco import mjx  # noqa: F401
