@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .event_loop import EventProgram
 
@@ -223,20 +224,40 @@ def land_at_crossing(
     def landing_of(p: Any, tt: Array) -> tuple[Array, Array]:
         return eqx.combine(p, static)(tt)
 
+    def linearized(p: Any, tau0: Array, iso: Array, dp: Any, dtau0: Array) -> tuple[Array, Array, Array, Array]:
+        """(tau, x there, dtau, dx): ``landing`` linearized once at tau*, its linear map applied in its
+        arrays (dp) and in its fraction (1): the program holds the trial step once for the value (two
+        JVPs, and the value again, held it three times)."""
+        float0 = jax.dtypes.float0
+        tau = land_time(p, tau0, iso)  # tau0, carrying the zero's derivatives at outer levels (higher orders)
+        (x, _), lin = jax.linearize(landing_of, p, tau)
+        dx_p, dg_p = lin(dp, jnp.zeros_like(tau))
+        zero_p = jax.tree_util.tree_map(
+            lambda a: jnp.zeros_like(a) if jnp.issubdtype(a.dtype, jnp.inexact) else np.zeros(a.shape, float0), p
+        )
+        dx_tau, dg_tau = lin(zero_p, jnp.ones_like(tau))
+        dg_tau = jnp.where(dg_tau != 0, dg_tau, 1.0)
+        dtau = jnp.where(iso, -dg_p / dg_tau, dtau0).astype(jnp.result_type(tau))
+        return tau, x, dtau, dx_p + dx_tau * dtau.astype(jnp.result_type(dx_tau))
+
+    @jax.custom_jvp
+    def land_time(p: Any, tau0: Array, iso: Array) -> Array:
+        return tau0
+
+    @land_time.defjvp
+    def land_time_jvp(primals: tuple, tangents: tuple) -> tuple[Array, Array]:
+        tau, _, dtau, _ = linearized(*primals, *tangents[:2])
+        return tau, dtau
+
     @jax.custom_jvp
     def land(p: Any, tau0: Array, iso: Array) -> tuple[Array, Array]:
         return tau0, landing_of(p, tau0)[0]
 
     @land.defjvp
     def land_jvp(primals: tuple, tangents: tuple) -> tuple[Any, Any]:
-        p, tau0, iso = primals
-        dp, dtau0 = tangents[:2]  # (where iso, tau0 is the search's result: no derivative of its own)
-        tau, x = land(p, tau0, iso)  # carries the outer derivatives (higher orders)
-        (_, _), (dx_p, dg_p) = jax.jvp(lambda pp: landing_of(pp, tau), (p,), (dp,))
-        (_, _), (dx_tau, dg_tau) = jax.jvp(lambda tt: landing_of(p, tt), (tau,), (jnp.ones_like(tau),))
-        dg_tau = jnp.where(dg_tau != 0, dg_tau, 1.0)
-        dtau = jnp.where(iso, -dg_p / dg_tau, dtau0)
-        return (tau, x), (dtau.astype(jnp.result_type(tau)), dx_p + dx_tau * dtau.astype(jnp.result_type(dx_tau)))
+        # (where iso, tau0 is the search's result: no derivative of its own)
+        tau, x, dtau, dx = linearized(*primals, *tangents[:2])
+        return (tau, x), (dtau, dx)
 
     return land(dynamic, tau, isolated)
 
