@@ -1497,13 +1497,15 @@ def case_stiff_batch(n=1024, t_final=300.0, tolerance=1e-6):
     mus = jax.random.uniform(jax.random.PRNGKey(0), (n,), minval=100.0, maxval=1000.0)
     contexts = jax.vmap(lambda mu: base.with_numeric_parameter(0, jnp.stack([mu])))(mus)
 
-    def ours(acc):
+    def ours(acc, with_status=False):
         integ = js.Radau5Integrator(max_step_size=t_final / 10, target_accuracy=acc, max_steps=1_000_000)
-        return jax.jit(
-            lambda cs: js.batch_simulate(
-                vdp, cs, t_final, integ, throw=False
-            ).result.context.get_continuous_state_vector()
-        )
+
+        def run(cs):
+            r = js.batch_simulate(vdp, cs, t_final, integ, throw=False).result
+            x = r.context.get_continuous_state_vector()
+            return (x, r.status) if with_status else x
+
+        return jax.jit(run)
 
     # the reference in float64 whatever the run's dtype (float32 cannot reach a tight accuracy here: at 1e-6
     # some members stop with MIN_STEP, and a batch waits for its slowest member)
@@ -1537,18 +1539,32 @@ def case_stiff_batch(n=1024, t_final=300.0, tolerance=1e-6):
         comp_d, run_d = timeit(dfx, mus, repeats=3)
         err_d = float(np.max(np.abs(np.asarray(dfx(mus)) - ref)))
         rows.append((f"diffrax vmap(Kvaerno5), {tolerance:g}, max error {err_d:.1e}", comp_d, run_d))
+    tried = []
     for acc in (10 * tolerance, 3 * tolerance, tolerance, 0.3 * tolerance, 0.1 * tolerance):
-        run = ours(acc)
-        err = float(np.max(np.abs(np.asarray(run(contexts)) - ref)))
-        if err_d is None or err <= err_d:
+        x, status = ours(acc, with_status=True)(contexts)
+        err = float(np.max(np.abs(np.asarray(x) - ref)))
+        failed = int(np.sum(np.asarray(status) != 0))
+        tried.append((acc, err, failed))
+        if failed == 0 and (err_d is None or err <= err_d):
             rows.insert(
                 0,
                 (
                     f"jaxsys batch_simulate Radau5, accuracy {acc:g}, max error {err:.1e}",
-                    *timeit(run, contexts, repeats=3),
+                    *timeit(ours(acc), contexts, repeats=3),
                 ),
             )
             break
+    else:  # (no accuracy tried is as accurate: say so, with what each gave, rather than leave the row out)
+        acc, err, failed = min(tried, key=lambda a: (a[2], a[1]))
+        what = "; ".join(f"{a:g}: error {e:.1e}" + (f", {k} members stopped" if k else "") for a, e, k in tried)
+        rows.insert(
+            0,
+            (
+                f"jaxsys batch_simulate Radau5, accuracy {acc:g}, max error {err:.1e} (NOT as accurate as the "
+                f"peer at any accuracy tried: {what})",
+                *timeit(ours(acc), contexts, repeats=3),
+            ),
+        )
     return f"S3d batch of {n} stiff Van der Pol (mu ~ U[100, 1000]), [0, {t_final:g}], equal error", rows
 
 
