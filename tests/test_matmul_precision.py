@@ -8,6 +8,8 @@ benchmarks/RESULTS.md, stop 57). A CPU computes the same either way, so this che
 HIGHEST precision, and the values equal the closed form.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,3 +43,19 @@ def test_every_matrix_product_of_a_run_is_full_precision(integrator):
     highest = jax.lax.Precision.HIGHEST
     assert all(d.params["precision"] == (highest, highest) for d in dots), [d.params["precision"] for d in dots]
     np.testing.assert_allclose(run(ctx), scipy.linalg.expm(2.0 * A) @ np.array([1.0, 0.0]), atol=1e-7)
+
+
+def test_discrete_dynamics_products_are_full_precision():
+    """iLQR's rollouts (``discrete_dynamics``) step the plant as ``simulate`` does, at full precision."""
+    A = np.array([[0.0, 1.0], [-4.0, -0.4]])
+    system = js.LinearSystem(A, np.array([[0.0], [1.0]]), np.eye(2), np.zeros((2, 1)))
+    F = js.discrete_dynamics(system, system.create_default_context(), 0.05)
+    x, u = jnp.array([1.0, 0.0]), jnp.array([0.3])
+    dots = list(_dots(jax.make_jaxpr(F)(x, u).jaxpr))
+    highest = jax.lax.Precision.HIGHEST
+    assert dots and all(d.params["precision"] == (highest, highest) for d in dots)
+    # RK4 of a linear system: the degree-4 Taylor polynomial of expm(h A) applied to x (u's term too)
+    h = 0.05
+    M = np.block([[A, np.array([[0.0], [1.0]])], [np.zeros((1, 3))]])
+    taylor = sum(np.linalg.matrix_power(h * M, k) / math.factorial(k) for k in range(5))
+    np.testing.assert_allclose(F(x, u), (taylor @ np.array([1.0, 0.0, 0.3]))[:2], rtol=0, atol=1e-14)

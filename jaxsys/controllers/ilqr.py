@@ -143,7 +143,9 @@ def discrete_dynamics(
         def sub(i: Any, xx: Array) -> Array:
             return integ.attempt_step(f, jnp.asarray(i * dt, x.dtype), xx, jnp.asarray(dt, x.dtype), aux)[0]
 
-        return jax.lax.fori_loop(0, substeps, sub, x)
+        # (full-precision matrix products, as `simulate`'s runs: a GPU's float32 default is TensorFloat-32)
+        with jax.default_matmul_precision("highest"):
+            return jax.lax.fori_loop(0, substeps, sub, x)
 
     return F
 

@@ -104,7 +104,9 @@ class DiagramPhysics(EcsSystem):
             istate, _ = integrator.init(f, jnp.asarray(t_start, x.dtype), x, aux, False)
             return jax.lax.fori_loop(0, self.substeps, sub, (x, istate))[0]
 
-        return world.apply(names, advance, outputs=[self.state_component])
+        # (full-precision matrix products, as `simulate`'s runs: a GPU's float32 default is TensorFloat-32)
+        with jax.default_matmul_precision("highest"):
+            return world.apply(names, advance, outputs=[self.state_component])
 
 
 _MAX_HALVINGS = 30
