@@ -9,6 +9,7 @@ HIGHEST precision, and the values equal the closed form.
 """
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -59,3 +60,25 @@ def test_discrete_dynamics_products_are_full_precision():
     M = np.block([[A, np.array([[0.0], [1.0]])], [np.zeros((1, 3))]])
     taylor = sum(np.linalg.matrix_power(h * M, k) / math.factorial(k) for k in range(5))
     np.testing.assert_allclose(F(x, u), (taylor @ np.array([1.0, 0.0, 0.3]))[:2], rtol=0, atol=1e-14)
+
+
+def test_derivative_programs_are_full_precision(reverse_by):
+    """The programs of ``jax.grad`` (by the loop's Jacobian and by the discrete adjoint's sweep, which
+    is lowered when the program is) and of ``jax.jacfwd`` through a run: every matrix product HIGHEST
+    (the loop-Jacobian's product with the input tangents was DEFAULT); the gradient against expm."""
+    A = np.array([[0.0, 1.0], [-4.0, -0.4]])
+    system = js.LinearSystem(A, np.zeros((2, 1)), np.eye(2), np.zeros((2, 1)))
+    ctx = system.get_input_port(0).fix_value(system.create_default_context(), jnp.zeros(1))
+    integ = js.Radau5Integrator(target_accuracy=1e-10, max_step_size=0.1)
+
+    def loss(x0):
+        x = js.simulate(system, ctx.with_continuous_state(x0), 2.0, integ).context.get_continuous_state_vector()
+        return jnp.sum(x**2)
+
+    x0 = jnp.array([1.0, 0.0])
+    for transform in (jax.grad, jax.jacfwd):
+        text = jax.jit(transform(loss)).lower(x0).as_text()
+        dots = re.findall(r"stablehlo\.dot_general[^\n]*", text)
+        assert dots and all("HIGHEST" in d for d in dots), [d for d in dots if "HIGHEST" not in d][:3]
+    E = scipy.linalg.expm(2.0 * A)
+    np.testing.assert_allclose(jax.grad(loss)(x0), 2.0 * E.T @ E @ np.asarray(x0), rtol=1e-7)

@@ -771,7 +771,7 @@ def loop_jvp(
         flat = jnp.concatenate([jnp.ravel(x) for x in lin])
         d_out = [_symbolic_zero(x) for x in cl]
         for i, j in zip(spec.c_diff, jac):
-            d_out[i] = jnp.tensordot(flat.astype(j.dtype), j, axes=1)
+            d_out[i] = jnp.tensordot(flat.astype(j.dtype), j, axes=1, precision=jax.lax.Precision.HIGHEST)
         return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(tree, d_out)
     out, n, bufs, t = _checkpointed_run(base)(cl, list(bc), list(cc))
     d_out = _tangent_of(base, cl, list(bc), list(cc), n, bufs, t, dcl, dbc, spec)
