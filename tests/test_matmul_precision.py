@@ -8,6 +8,7 @@ benchmarks/RESULTS.md, stop 57). A CPU computes the same either way, so this che
 HIGHEST precision, and the values equal the closed form.
 """
 
+import dataclasses
 import math
 import re
 
@@ -82,3 +83,48 @@ def test_derivative_programs_are_full_precision(reverse_by):
         assert dots and all("HIGHEST" in d for d in dots), [d for d in dots if "HIGHEST" not in d][:3]
     E = scipy.linalg.expm(2.0 * A)
     np.testing.assert_allclose(jax.grad(loss)(x0), 2.0 * E.T @ E @ np.asarray(x0), rtol=1e-7)
+
+
+def test_float32_batches_and_pending_updates_are_full_precision():
+    """float32 (JAX's default dtype, where TensorFloat-32 bit): ``batch_simulate`` under ``jit`` and
+    ``jax.grad`` of a float32 run, and ``advance_pending_events`` (an update whose handler multiplies by
+    a matrix): every product HIGHEST; the float32 batch against expm to float32's resolution."""
+    A = np.array([[0.0, 1.0], [-4.0, -0.4]], np.float32)
+    with jax.enable_x64(False):
+        system = js.LinearSystem(A, np.zeros((2, 1), np.float32), np.eye(2, dtype=np.float32), np.zeros((2, 1)))
+        ctx = system.get_input_port(0).fix_value(system.create_default_context(), jnp.zeros(1))
+        integ = js.RungeKutta5Integrator(target_accuracy=1e-5, max_step_size=0.1)
+        x0s = jnp.array([[1.0, 0.0], [0.5, 0.2], [0.0, 1.0]], jnp.float32)
+        contexts = jax.vmap(ctx.with_continuous_state)(x0s)
+
+        def batch(cs):
+            return js.batch_simulate(system, cs, 2.0, integ).result.context.get_continuous_state_vector()
+
+        def loss(x0):
+            x = js.simulate(system, ctx.with_continuous_state(x0), 2.0, integ).context.get_continuous_state_vector()
+            return jnp.sum(x**2)
+
+        highest = jax.lax.Precision.HIGHEST
+        for fn, arg in ((batch, contexts), (jax.grad(loss), x0s[0])):
+            dots = list(_dots(jax.make_jaxpr(fn)(arg).jaxpr))
+            assert dots and all(d.params["precision"] == (highest, highest) for d in dots)
+        out = jax.jit(batch)(contexts)
+        assert out.dtype == jnp.float32
+        np.testing.assert_allclose(out, np.asarray(x0s) @ scipy.linalg.expm(2.0 * A.astype(np.float64)).T, atol=1e-4)
+
+        class Kick(js.LeafSystem):
+            def __init__(self):
+                super().__init__("kick")
+                self.declare_continuous_state(2)
+                self.declare_per_step_unrestricted_update_event(self.kick)
+
+            def kick(self, c, state):
+                x = state.continuous_state.get_vector()
+                new = dataclasses.replace(state.continuous_state, x=jnp.asarray(A) @ x)
+                return dataclasses.replace(state, continuous_state=new)
+
+        kick = Kick()
+        kctx = kick.create_default_context().with_continuous_state(jnp.array([1.0, 2.0], jnp.float32))
+        dots = list(_dots(jax.make_jaxpr(lambda c: js.advance_pending_events(kick, c))(kctx).jaxpr))
+        assert dots and all(d.params["precision"] == (highest, highest) for d in dots)
+        np.testing.assert_allclose(js.advance_pending_events(kick, kctx).get_continuous_state_vector(), A @ [1.0, 2.0])

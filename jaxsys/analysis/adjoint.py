@@ -77,6 +77,7 @@ import numpy as np
 from jax.interpreters import ad
 
 from .bounded import _has_side_effects, bounded_levels, bounded_while
+from .precision import HIGHEST
 
 
 try:  # the nonzero-tangent analysis lax.while_loop's own JVP uses (JAX internals)
@@ -771,7 +772,7 @@ def loop_jvp(
         flat = jnp.concatenate([jnp.ravel(x) for x in lin])
         d_out = [_symbolic_zero(x) for x in cl]
         for i, j in zip(spec.c_diff, jac):
-            d_out[i] = jnp.tensordot(flat.astype(j.dtype), j, axes=1, precision=jax.lax.Precision.HIGHEST)
+            d_out[i] = jnp.tensordot(flat.astype(j.dtype), j, axes=1, precision=HIGHEST)
         return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(tree, d_out)
     out, n, bufs, t = _checkpointed_run(base)(cl, list(bc), list(cc))
     d_out = _tangent_of(base, cl, list(bc), list(cc), n, bufs, t, dcl, dbc, spec)

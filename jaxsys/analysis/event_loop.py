@@ -56,6 +56,7 @@ from ..framework.events import (
 from ..framework.system import System
 from ..framework.witness import WitnessFunctionDirection
 from .compile_cache import SystemCache, deref
+from .precision import full_precision
 
 
 Array = jax.Array
@@ -709,7 +710,13 @@ def _log_write(log: PublishLog, active: Array, t: Array, value: Any) -> PublishL
 
 def _pending_updates(system: System, context: Context, given: Any) -> tuple[Context, Array, Array, EventStatus]:
     """The updates of `advance_pending_events`: ``(new context, unrestricted and discrete updates
-    performed, status)``; ``given``: the pending witness flags, or None."""
+    performed, status)``; ``given``: the pending witness flags, or None. Full-precision products, as a
+    run's (`full_precision`)."""
+    with full_precision():
+        return _pending_updates_impl(system, context, given)
+
+
+def _pending_updates_impl(system: System, context: Context, given: Any) -> tuple[Context, Array, Array, EventStatus]:
     program = EventProgram(system, context)
     flags = program.no_witness_flags()
     if given is not None:

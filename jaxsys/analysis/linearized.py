@@ -56,6 +56,7 @@ from .adjoint import (
     loop_tangent_p,
 )
 from .loops import _materialize, closure, closure_and_shape, packed
+from .precision import HIGHEST
 
 
 Array = jax.Array
@@ -223,7 +224,7 @@ class ScanSpec(LoopSpec):
             def back(s: Any, x: Any) -> tuple[Any, None]:
                 lam, g = s
                 jk, pk, okk = x
-                gz = jnp.matmul(jk.T, lam + pk, precision=jax.lax.Precision.HIGHEST)
+                gz = jnp.matmul(jk.T, lam + pk, precision=HIGHEST)
                 return (jnp.where(okk, gz[:n_c], lam), jnp.where(okk, g + gz[n_c:], g)), None
 
             return jax.lax.scan(back, state, (jacs, pushes, ok), reverse=True)[0], None
@@ -349,9 +350,9 @@ def scan_linearized(
             dj_c: list[Any] = [_symbolic_zero(x) for x in c]
             dj_ys: list[Any] = [_symbolic_zero(y) for y in ys]
             for i in spec.c_diff:
-                dj_c[i] = jnp.tensordot(flat.astype(jc[i].dtype), jc[i], axes=1, precision=jax.lax.Precision.HIGHEST)
+                dj_c[i] = jnp.tensordot(flat.astype(jc[i].dtype), jc[i], axes=1, precision=HIGHEST)
             for i in spec.y_diff:
-                dj_ys[i] = jnp.tensordot(flat.astype(jys[i].dtype), jys[i], axes=1, precision=jax.lax.Precision.HIGHEST)
+                dj_ys[i] = jnp.tensordot(flat.astype(jys[i].dtype), jys[i], axes=1, precision=HIGHEST)
             return finish(c, ys, tree), finish(dj_c, dj_ys, tree)
         if not worth:
             prim = (s0, tuple(bp))

@@ -44,6 +44,7 @@ from .integrators.base import rolled_stages, step_aux
 from .loop_state import EventCarry
 from .loops import Run, make_while_loop
 from .options import DiscreteAdjoint, EventOptions, RecursiveCheckpointAdjoint, SaveAt, unpack_options
+from .precision import full_precision
 from .progress import AbstractProgressMeter, NoProgressMeter
 from .recording import check_save_times, concrete, dense_window
 from .results import (
@@ -657,7 +658,7 @@ def _simulate_body(*args: Any, **kwargs: Any) -> SimulationResult:
     accuracy from 3e-4 to 1e-5, against 9.3e-6 at 3e-4 with full precision, as on a CPU). The model's
     own products inside the run (a LinearSystem's A x, say) are integrated at full precision too. No
     effect on a CPU."""
-    with jax.default_matmul_precision("highest"):
+    with full_precision():
         return _simulate_body_impl(*args, **kwargs)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from ..analysis.compile_cache import SystemCache, deref, hashable_key
 from ..analysis.integrators import IntegratorBase, RungeKutta4Integrator
 from ..analysis.integrators.base import rolled_stages, step_aux
+from ..analysis.precision import full_precision
 from ..framework.context import Context
 from ..framework.errors import JaxsysError
 from ..framework.system import System
@@ -144,7 +145,7 @@ def discrete_dynamics(
             return integ.attempt_step(f, jnp.asarray(i * dt, x.dtype), xx, jnp.asarray(dt, x.dtype), aux)[0]
 
         # (full-precision matrix products, as `simulate`'s runs: a GPU's float32 default is TensorFloat-32)
-        with jax.default_matmul_precision("highest"):
+        with full_precision():
             return jax.lax.fori_loop(0, substeps, sub, x)
 
     return F

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from ..analysis.integrators import IntegratorBase, RungeKutta4Integrator
 from ..analysis.integrators.base import rolled_stages, step_aux
+from ..analysis.precision import full_precision
 from ..framework.context import Context
 from ..framework.dispatch import all_events, timed_leaves
 from ..framework.errors import JaxsysError
@@ -105,7 +106,7 @@ class DiagramPhysics(EcsSystem):
             return jax.lax.fori_loop(0, self.substeps, sub, (x, istate))[0]
 
         # (full-precision matrix products, as `simulate`'s runs: a GPU's float32 default is TensorFloat-32)
-        with jax.default_matmul_precision("highest"):
+        with full_precision():
             return world.apply(names, advance, outputs=[self.state_component])
 
 

@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
+from ..precision import HIGHEST
+
 
 Array = jax.Array
 
@@ -212,7 +214,7 @@ def band_lu_solve(u: Array, lower: Array, piv: Array, b: Array, kl: int, ku: int
 
     def backward(x: Array, j: Array) -> tuple[Array, None]:
         win = jax.lax.dynamic_slice(x, (j,), (w,))
-        xj = (y[j] - jnp.dot(u[j, 1:], win[1:], precision=jax.lax.Precision.HIGHEST)) / u[j, 0]
+        xj = (y[j] - jnp.dot(u[j, 1:], win[1:], precision=HIGHEST)) / u[j, 0]
         return x.at[j].set(xj), None
 
     x, _ = jax.lax.scan(backward, jnp.zeros((n + w,), u.dtype), jnp.arange(n)[::-1])
