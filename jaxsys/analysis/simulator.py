@@ -25,7 +25,6 @@ from ..framework.system import System
 from .compile_cache import SystemCache, deref
 from .event_loop import EventProgram, PublishLog
 from .integrators import IntegratorBase, RungeKutta3Integrator
-from .precision import full_precision
 from .results import (
     STATUS_EVENT_FAILED,
     STATUS_MAX_STEPS as STATUS_MAX_STEPS,
@@ -198,8 +197,9 @@ class Simulator:
             # Drake's Initialize, the same code as simulate's (start_events): initialization updates and
             # publishes, then the per-step, periodic and right-now timed publishes due at the start and
             # the monitor, all dispatched together (only an update's termination or failure stops them)
-            with full_precision():  # (as simulate's runs)
-                context, self._init_publishes, events = start_events(program, self._context, True, True, t0, None, 1)
+            # (eagerly, at JAX's default precision: under full_precision() its small eager programs were
+            # compiled a second time, in another configuration than the same operations elsewhere)
+            context, self._init_publishes, events = start_events(program, self._context, True, True, t0, None, 1)
             _, _, self._init_logs, _, counts, status = events
             packed = np.asarray(status)
             now = _right_now(program, context, "update")
