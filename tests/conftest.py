@@ -53,6 +53,7 @@ def reverse_by(request, monkeypatch):
 
     if request.param == "adjoint":
         monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS", (0,) * len(adjoint.JACOBIAN_INPUTS))
+        monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS_BETWEEN_SAVES", (0,) * len(adjoint.JACOBIAN_INPUTS))
         clear_caches()
     yield request.param
     if request.param == "adjoint":

@@ -92,6 +92,7 @@ def test_small_steps_and_many_directions_keep_jaxs_scan_derivative(batched, monk
     scan is differentiated by JAX as it is (a scan and its transpose), with the same values."""
     monkeypatch.setattr(linearized, "MAX_DIRECTIONS", 2)  # (5 here: 2 carried + 3 parameters)
     monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS", (0,) * len(adjoint.JACOBIAN_INPUTS))
+    monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS_BETWEEN_SAVES", (0,) * len(adjoint.JACOBIAN_INPUTS))
     f = lambda p: run(p, 40)  # noqa: E731
     assert not _uses_batched_sweep(jax.grad(f), P) and _scans(jax.grad(f), P) == 2
     np.testing.assert_allclose(jax.grad(f)(P), jax.grad(closed)(P, 40.0), rtol=1e-12)

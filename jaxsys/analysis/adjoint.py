@@ -128,6 +128,18 @@ SEGMENT = 32
 # 1.6x, 2 2.1x, 4 3.2x (the adjoint 2.9x); the gradient's compile 0.4-0.5 s against 1.5-2.0 s.
 JACOBIAN_CARRY = (16, 64, None)
 JACOBIAN_INPUTS = (8, 4, 2)
+# The same for a stepping loop run between save times (once per save time, inside the saving loop's
+# scan): the adjoint of each such run pays a fixed price (its checkpoint buffers, a masked replay of a
+# whole segment for the few steps between two save times), about 0.1 ms a save time on this CPU
+# whatever the run's length, which the Jacobian does not. Measured (RK5 1e-8, 30 save times,
+# jax.grad of a loss on the saved states; by the Jacobian vs by the adjoint): 5 states, 35 inputs,
+# carry 10: to t = 3 0.38 vs 4.4 ms, to t = 300 15.7 vs 16.5 ms; 8 states, 32 inputs, carry 16, to
+# t = 300: 14.7 vs 16.7 ms; 12 states, 28 inputs, carry 24: to t = 3 0.61 vs 4.6 ms, to t = 300 32.6
+# vs 18.4 ms (long runs of larger carries favour the adjoint); the gradient's first call (compile
+# included) 1.2-1.4 s against 2.9-3.5 s. The carry's size counts the carry leaves that are inputs:
+# with dense output (4 states, 24 inputs, 44 carried scalars of which 36 the interpolated step's),
+# to t = 3 0.42 vs 4.6 ms, to t = 300 17.6 vs 17.8 ms.
+JACOBIAN_INPUTS_BETWEEN_SAVES = (40, 16, 4)
 
 
 def _is_inexact(x: Any) -> bool:
@@ -160,6 +172,7 @@ class LoopSpec:
         self.guarded = False
         self.eqns = 0
         self.one_replay = False
+        self.between_saves = False
         self.c_diff: list[int] = []
         self.c_in: list[int] = []
         self.c_live: list[int] = []
@@ -755,14 +768,16 @@ def loop_jvp(
     primals: tuple[Any, tuple[Array, ...], tuple[Array, ...]],
     tangents: tuple[Any, tuple[Any, ...], tuple[Any, ...]],
     max_steps: int,
+    between_saves: bool = False,
 ) -> tuple[Any, Any]:
     """The JVP of ``while cond(c, *cc): c = body(c, *bc)`` from ``c0`` (``primals = (c0, bc, cc)``),
     as ``loop_tangent`` (whose transpose is the discrete adjoint): `while_fast_primal`'s
     rule (``tangents`` may hold symbolic zeros). The forward run keeps its checkpoints for the
-    adjoint."""
+    adjoint. ``between_saves``: a stepping loop run between save times (`JACOBIAN_INPUTS_BETWEEN_SAVES`)."""
     c0, bc, cc = primals
     cl, tree = jax.tree_util.tree_flatten(c0)
     base = LoopSpec(body, cond, c0, len(bc), len(cc), max_steps)
+    base.between_saves = between_saves
     dcl = jax.tree_util.tree_leaves(tangents[0], is_leaf=_is_symbolic_zero)
     dbc = list(tangents[1])
     spec = base.analysed(cl, list(bc), [_nonzero(d) for d in dcl], [_nonzero(d) for d in dbc])
@@ -780,14 +795,17 @@ def loop_jvp(
 
 
 def _by_jacobian(spec: LoopSpec, cl: list[Array], bc: list[Array]) -> bool:
-    """Whether the loop is differentiated by its Jacobian (`JACOBIAN_INPUTS`): few scalars in (its
-    start carry's and consts' leaves with a tangent, `_jacobian_in`) for the size of the carry."""
+    """Whether the loop is differentiated by its Jacobian (`JACOBIAN_INPUTS`, or
+    `JACOBIAN_INPUTS_BETWEEN_SAVES` for a stepping loop run between save times): few scalars in (its start carry's and
+    consts' leaves with a tangent, `_jacobian_in`) for the size of the carry."""
     inputs = _jacobian_in(spec, cl, bc)
     if not all(jnp.issubdtype(jnp.result_type(x), jnp.floating) for x in inputs):
         return False  # (complex inputs: a real basis would miss their imaginary directions)
     n_in = sum(int(np.prod(jnp.shape(x))) for x in inputs)
-    n_carry = sum(int(np.prod(jnp.shape(cl[i]))) for i in spec.c_diff)
-    for carry, most in zip(JACOBIAN_CARRY, JACOBIAN_INPUTS):
+    # (between save times, the carry leaves that are inputs: dense output's interpolation data,
+    # written by every step from stages its tangents compute anyway, adds little to a column's cost)
+    n_carry = sum(int(np.prod(jnp.shape(cl[i]))) for i in (spec.c_in if spec.between_saves else spec.c_diff))
+    for carry, most in zip(JACOBIAN_CARRY, JACOBIAN_INPUTS_BETWEEN_SAVES if spec.between_saves else JACOBIAN_INPUTS):
         if carry is None or n_carry <= carry:
             return n_in <= most
     return False

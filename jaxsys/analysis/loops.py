@@ -76,7 +76,9 @@ class Run(NamedTuple):
 
 
 # Side-effecting primitives: a body holding one is never run on a finished carry (see bounded_while).
-def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: str = "adjoint") -> Any:
+def while_fast_primal(
+    cond: Any, body: Any, init: Any, max_steps: int, reverse: str = "adjoint", between_saves: bool = False
+) -> Any:
     """A while loop that runs as a plain ``lax.while_loop`` when it is evaluated, and is
     differentiated by `adjoint` (``reverse="adjoint"``, the default: forward mode by the plain
     loop's JVP, reverse mode by the discrete adjoint from checkpoints placed at run time, second
@@ -86,7 +88,8 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: 
     A ``custom_jvp`` keeps the fast loop for evaluation, ``vmap`` included; all loops run the same
     body, so values are identical. Closed-over arrays become explicit arguments
     (`closure`; packed by `packed` inside the ``custom_jvp``, apart by whether their
-    tangent is zero) so that derivatives with respect to them are seen.
+    tangent is zero) so that derivatives with respect to them are seen. ``between_saves``: the
+    stepping loop run between save times (the choice of its reverse mode: `loop_jvp`).
     """
     body_c, body_consts = closure(body, init)
     cond_c, cond_consts = closure(cond, init)
@@ -106,7 +109,7 @@ def while_fast_primal(cond: Any, body: Any, init: Any, max_steps: int, reverse: 
         dbp, dcp = dbp_ or [], dcp_ or []  # (tangents given: lists)
         if reverse == "adjoint":
             primals = (c0, tuple(bp), tuple(cp))
-            return loop_jvp(body_p, cond_p, primals, (tangents[0], tuple(dbp), tuple(dcp)), max_steps)
+            return loop_jvp(body_p, cond_p, primals, (tangents[0], tuple(dbp), tuple(dcp)), max_steps, between_saves)
 
         def bounded(c0: Any, bp: Any, cp: Any) -> Any:
             return bounded_while(lambda c: cond_p(c, *cp), lambda c: body_p(c, *bp), c0, max_steps)
@@ -404,9 +407,10 @@ class WhileLoop:
         self.loop = loop
         self.checkpoints = checkpoints
 
-    def __call__(self, cond: Any, body: Any, init: Any, max_steps: int) -> Any:
+    def __call__(self, cond: Any, body: Any, init: Any, max_steps: int, between_saves: bool = False) -> Any:
+        """The loop; ``between_saves``: the stepping loop run between save times (`while_fast_primal`)."""
         if self.loop == "bounded":
-            return while_fast_primal(cond, body, init, max_steps)
+            return while_fast_primal(cond, body, init, max_steps, between_saves=between_saves)
         return eqxi.while_loop(cond, body, init, max_steps=max_steps, kind="checkpointed", checkpoints=self.checkpoints)
 
     def with_writes(self, cond: Any, body: Any, init: Any, buffers0: Any, max_steps: int) -> tuple[Any, Any]:

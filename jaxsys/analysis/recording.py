@@ -157,10 +157,18 @@ def run_with_saving(
     def outer_body(oc: Any) -> Any:
         c, k = oc
         target = jnp.where(k < n_save, ts[jnp.clip(k, 0, n_save - 1)], t_final)
-        c = advance(c, target)
         if interpolate is not None:
+            # The stepping loop overwrites the step it carries at its first step, and passes it through
+            # when it takes none: entered without a derivative, kept from before by a select when no
+            # step was taken (the same values), its packed states are not among the stepping loop's
+            # inputs, so few scalars in keep it differentiated by its Jacobian (jaxsys.analysis.adjoint)
+            before = c.dense.xs
+            t_before = c.clock.t
+            c = advance(c._replace(dense=c.dense._replace(xs=jax.lax.stop_gradient(before))), target)
+            c = c._replace(dense=c.dense._replace(xs=jnp.where(c.clock.t > t_before, c.dense.xs, before)))
             k, writes = _dense_saves(c, k, ts, context_at, record, interpolate, window)
             return (c, k), writes
+        c = advance(c, target)
         hit = (c.counters.status == STATUS_OK) & (k < n_save) & (c.clock.t >= target)
         value = record(context_at(c, c.clock.t, c.x))
         return (c, k + hit.astype(jnp.int32)), [(jnp.clip(k, 0, n_save - 1), value, hit)]

@@ -544,7 +544,8 @@ class StepLoop:
                 self.meter.update(self.token, c.clock.t, c.counters.attempts, cond(c))
             return self.step(body_target, c)
 
-        return self.while_loop(cond, body, s, self.integrator.max_steps)
+        between_saves = int(self.run.ts.shape[0]) > 0  # (then run once per save time by the saving loop)
+        return self.while_loop(cond, body, s, self.integrator.max_steps, between_saves)
 
     def simulate(self, events0: EventCarry | tuple[()]) -> LoopOutput:
         """Run from the start to ``t_final``, saving at the save times; the loop's output."""
