@@ -537,6 +537,65 @@ def case_reverse():
     return "S2a-grad reverse mode through a long error-controlled run (pendulum RK3 1e-6, 100 s)", rows
 
 
+def case_reverse_saves(n=5, t_final=3.0, n_save=30):
+    """Reverse mode of a loss on saved states (fitting a trajectory), in many parameters: a linear
+    system of ``n`` states, x' = A x + 0.2 sin(t), differentiated in A's n * n entries, 30 save times,
+    RK5 at 1e-8, stepping to the save times and with dense output; Diffrax Dopri5 (rtol = atol = 1e-8,
+    SaveAt(ts), RecursiveCheckpointAdjoint). Before stop 58 the stepping loops run between save
+    times went by the discrete adjoint here (~0.1 ms of fixed price a save time)."""
+    rng = np.random.default_rng(0)
+    a0 = jnp.asarray((-np.eye(n) + 0.3 * rng.standard_normal((n, n)) / np.sqrt(n)).reshape(-1))
+
+    class Linear(js.LeafSystem):
+        def __init__(self):
+            super().__init__("linear")
+            self.declare_continuous_state(n, default=np.ones(n))
+            self.declare_numeric_parameter(np.asarray(a0).tolist())
+
+        def do_calc_time_derivatives(self, c):
+            a = c.get_numeric_parameter(0).reshape(n, n)
+            return a @ c.get_continuous_state_vector() + 0.2 * jnp.sin(c.get_time())
+
+    s = Linear()
+    ctx = s.create_default_context()
+    ts = jnp.linspace(t_final / n_save, t_final, n_save)
+    integ = js.RungeKutta5Integrator(target_accuracy=1e-8)
+
+    def loss(a, dense=False):
+        r = js.simulate(s, ctx.with_numeric_parameter(0, a), t_final, integ, save_at=ts, dense_output=dense)
+        return jnp.sum(r.ys**2)
+
+    def dense_loss(a):
+        return loss(a, True)
+
+    rows = [
+        ("jaxsys forward, stepping to the save times (the reference)", *timeit(jax.jit(loss), a0)),
+        ("jaxsys jax.grad, stepping to the save times", *timeit(jax.jit(jax.grad(loss)), a0)),
+        ("jaxsys forward, dense_output=True", *timeit(jax.jit(dense_loss), a0)),
+        ("jaxsys jax.grad, dense_output=True", *timeit(jax.jit(jax.grad(dense_loss)), a0)),
+    ]
+    if diffrax is not None:
+
+        def dloss(a):
+            sol = diffrax.diffeqsolve(
+                diffrax.ODETerm(lambda t, y, m: m.reshape(n, n) @ y + 0.2 * jnp.sin(t)),
+                diffrax.Dopri5(),
+                0.0,
+                t_final,
+                0.01,
+                jnp.ones(n),
+                args=a,
+                saveat=diffrax.SaveAt(ts=ts),
+                stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-8),
+            )
+            return jnp.sum(sol.ys**2)
+
+        rows.append(("diffrax Dopri5 SaveAt(ts), forward", *timeit(jax.jit(dloss), a0)))
+        rows.append(("diffrax Dopri5 SaveAt(ts), jax.grad", *timeit(jax.jit(jax.grad(dloss)), a0)))
+    title = f"S2a-grad-saves loss on {n_save} saved states of {n} linear states, jax.grad in {n * n} parameters"
+    return title, rows
+
+
 def case_chain_grad(n=300):
     """Issue #22 item 4: jax.grad through the chain of n lags (one class) against Diffrax on the same
     dynamics as one function, with Drake's error measure (max norm, absolute accuracy)."""
@@ -1755,6 +1814,7 @@ def main() -> None:
         ("S2b'", case_dopri_work_precision),
         ("S2b+", case_dopri_saved),
         ("S2a-grad", case_reverse),
+        ("S2a-grad-saves", case_reverse_saves),
         ("S2a-progress", case_progress_single),
         ("S2c", case_fixed_rk4_saved),
         ("S7", case_grad),

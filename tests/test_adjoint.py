@@ -15,6 +15,7 @@ import pytest
 
 import jaxsys as js
 from jaxsys.analysis import adjoint
+from jaxsys.analysis.compile_cache import clear_caches
 from jaxsys.analysis.loops import while_fast_primal
 
 
@@ -214,30 +215,39 @@ A4 = -np.eye(4) + 0.4 * (np.tri(4, k=-1) - np.tri(4, k=-1).T) + 0.1
 LINEAR4 = Linear4()
 
 
-@pytest.mark.parametrize("dense", [False, True], ids=["stepping", "dense"])
-def test_runs_between_save_times_go_by_the_jacobian(dense):
+@pytest.mark.parametrize("how", ["stepping", "dense", "sweep"])
+def test_runs_between_save_times_go_by_the_jacobian(how, monkeypatch):
     """With ``save_at`` the stepping loop runs once per save time, where the sweep's fixed price per
     run dominates (a 0.02 ms run's gradient took 2.4-3.6 ms): such loops take the Jacobian up to
     JACOBIAN_INPUTS_BETWEEN_SAVES inputs, and with dense output the interpolated step (its states and
     stage data) does not count among them. A 4-state linear system differentiated in its 16 matrix
     entries (20 inputs with the start state: past JACOBIAN_INPUTS, within the between-saves
-    thresholds): the gradient's program holds no sweep, and the gradient of a loss on 12 saved states
-    is the closed form's (expm) to 1e-7 relative."""
-    ts = jnp.linspace(0.25, 3.0, 12)
+    thresholds): the gradient's program holds no sweep, and the gradient of a loss on 9 saved states
+    is the closed form's (expm) to 1e-7 relative. "sweep": the discrete adjoint forced, whose runs
+    between save times are swept in segments of SEGMENT_BETWEEN_SAVES passes (save times a step or
+    two apart, and 1.2 s apart: several segments), the same closed form."""
+    if how == "sweep":
+        monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS", (0,) * len(adjoint.JACOBIAN_INPUTS))
+        monkeypatch.setattr(adjoint, "JACOBIAN_INPUTS_BETWEEN_SAVES", (0,) * len(adjoint.JACOBIAN_INPUTS))
+        clear_caches()  # (JAX caches the derivatives of programs it has traced)
+    ts = jnp.concatenate([jnp.linspace(0.05, 0.35, 7), jnp.array([1.6, 3.0])])
     integ = js.RungeKutta5Integrator(target_accuracy=1e-12)
     ctx = LINEAR4.create_default_context()
     x0 = ctx.get_continuous_state_vector()
 
     def loss(a):
-        r = js.simulate(LINEAR4, ctx.with_numeric_parameter(0, a), 3.0, integ, save_at=ts, dense_output=dense)
+        r = js.simulate(LINEAR4, ctx.with_numeric_parameter(0, a), 3.0, integ, save_at=ts, dense_output=how == "dense")
         return jnp.sum(r.ys**2)
 
     def exact(a):
         return sum(jnp.sum((jax.scipy.linalg.expm(a.reshape(4, 4) * t) @ x0) ** 2) for t in np.asarray(ts))
 
     a0 = jnp.asarray(A4.reshape(-1))
-    assert 20 > adjoint.JACOBIAN_INPUTS[0]
+    assert 20 > adjoint.JACOBIAN_INPUTS[0] or how == "sweep"
     grad = jax.jit(jax.grad(loss))
-    assert "jaxsys_loop_adjoint" not in str(jax.make_jaxpr(jax.grad(loss))(a0))
+    assert ("jaxsys_loop_adjoint" in str(jax.make_jaxpr(jax.grad(loss))(a0))) == (how == "sweep")
     want = jax.grad(exact)(a0)
-    np.testing.assert_allclose(grad(a0), want, rtol=1e-7, atol=1e-7 * float(jnp.max(jnp.abs(want))))
+    got = grad(a0)
+    if how == "sweep":
+        clear_caches()
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-7 * float(jnp.max(jnp.abs(want))))

@@ -118,6 +118,9 @@ KEEP_MAX = 512
 ONE_REPLAY_EQNS = 1000
 # passes of the segments replayed by a scan's VJP (at most width; 32: 15 ms on S2a-grad, 16: 15.5 ms)
 SEGMENT = 32
+# the same for a stepping loop run between save times (a few steps each: its last segment, masked,
+# is replayed whole at every save time)
+SEGMENT_BETWEEN_SAVES = 8
 # Loops differentiated in few scalars (the start carry's and consts' leaves with a tangent) are
 # differentiated by their Jacobian, one forward run carrying a tangent per scalar, in reverse mode as
 # in forward mode: no checkpoints, no backward sweep. At most
@@ -160,6 +163,7 @@ class LoopSpec:
         n_bc: int,
         n_cc: int,
         max_steps: int,
+        between_saves: bool = False,
     ) -> None:
         leaves, self.tree = jax.tree_util.tree_flatten(c0)
         self.n_c = len(leaves)
@@ -172,7 +176,7 @@ class LoopSpec:
         self.guarded = False
         self.eqns = 0
         self.one_replay = False
-        self.between_saves = False
+        self.between_saves = between_saves
         self.c_diff: list[int] = []
         self.c_in: list[int] = []
         self.c_live: list[int] = []
@@ -181,7 +185,7 @@ class LoopSpec:
         self.width = WIDTH_MIN
         while self.width < WIDTH_MAX and 2 * self.width * carry_bytes <= WIDTH_BYTES:
             self.width *= 2
-        self.segment = min(self.width, SEGMENT)
+        self.segment = min(self.width, SEGMENT_BETWEEN_SAVES if between_saves else SEGMENT)
         self.keep = WIDTH_MIN
         while self.keep < KEEP_MAX and 2 * self.keep * carry_bytes <= KEEP_BYTES:
             self.keep *= 2
@@ -776,8 +780,7 @@ def loop_jvp(
     adjoint. ``between_saves``: a stepping loop run between save times (`JACOBIAN_INPUTS_BETWEEN_SAVES`)."""
     c0, bc, cc = primals
     cl, tree = jax.tree_util.tree_flatten(c0)
-    base = LoopSpec(body, cond, c0, len(bc), len(cc), max_steps)
-    base.between_saves = between_saves
+    base = LoopSpec(body, cond, c0, len(bc), len(cc), max_steps, between_saves)
     dcl = jax.tree_util.tree_leaves(tangents[0], is_leaf=_is_symbolic_zero)
     dbc = list(tangents[1])
     spec = base.analysed(cl, list(bc), [_nonzero(d) for d in dcl], [_nonzero(d) for d in dbc])
