@@ -165,7 +165,7 @@ def run_with_saving(
             before = c.dense.xs
             t_before = c.clock.t
             c = advance(c._replace(dense=c.dense._replace(xs=jax.lax.stop_gradient(before))), target)
-            c = c._replace(dense=c.dense._replace(xs=jnp.where(c.clock.t > t_before, c.dense.xs, before)))
+            c = c._replace(dense=c.dense._replace(xs=_passed_through(c.dense.xs, before, c.clock.t > t_before)))
             k, writes = _dense_saves(c, k, ts, context_at, record, interpolate, window)
             return (c, k), writes
         c = advance(c, target)
@@ -180,6 +180,20 @@ def run_with_saving(
     k0, buf0 = saves0
     (c, k), buf = while_loop.with_writes(outer_cond, outer_body, (state, k0), buf0, n_save + 1)
     return c, (k, buf)
+
+
+@jax.custom_jvp
+def _passed_through(new: Array, before: Array, stepped: Array) -> Array:
+    """``new``, which equals ``before`` where ``stepped`` is false, with ``before``'s derivative there
+    (a select in the derivative only: evaluated, ``before`` need not be kept across the loop)."""
+    return new
+
+
+@_passed_through.defjvp
+def _passed_through_jvp(primals: Any, tangents: Any) -> Any:
+    new, before, stepped = primals
+    d_new, d_before, _ = tangents
+    return new, jnp.where(stepped, d_new, d_before)
 
 
 def _dense_saves(
