@@ -777,7 +777,8 @@ def loop_jvp(
     """The JVP of ``while cond(c, *cc): c = body(c, *bc)`` from ``c0`` (``primals = (c0, bc, cc)``),
     as ``loop_tangent`` (whose transpose is the discrete adjoint): `while_fast_primal`'s
     rule (``tangents`` may hold symbolic zeros). The forward run keeps its checkpoints for the
-    adjoint. ``between_saves``: a stepping loop run between save times (`JACOBIAN_INPUTS_BETWEEN_SAVES`)."""
+    adjoint. ``between_saves``: a stepping loop run between save times
+    (`JACOBIAN_INPUTS_BETWEEN_SAVES`, `SEGMENT_BETWEEN_SAVES`)."""
     c0, bc, cc = primals
     cl, tree = jax.tree_util.tree_flatten(c0)
     base = LoopSpec(body, cond, c0, len(bc), len(cc), max_steps, between_saves)
@@ -799,8 +800,8 @@ def loop_jvp(
 
 def _by_jacobian(spec: LoopSpec, cl: list[Array], bc: list[Array]) -> bool:
     """Whether the loop is differentiated by its Jacobian (`JACOBIAN_INPUTS`, or
-    `JACOBIAN_INPUTS_BETWEEN_SAVES` for a stepping loop run between save times): few scalars in (its start carry's and
-    consts' leaves with a tangent, `_jacobian_in`) for the size of the carry."""
+    `JACOBIAN_INPUTS_BETWEEN_SAVES` for a stepping loop run between save times): few scalars in
+    (its start carry's and consts' leaves with a tangent, `_jacobian_in`) for the size of the carry."""
     inputs = _jacobian_in(spec, cl, bc)
     if not all(jnp.issubdtype(jnp.result_type(x), jnp.floating) for x in inputs):
         return False  # (complex inputs: a real basis would miss their imaginary directions)
