@@ -251,3 +251,43 @@ def test_runs_between_save_times_go_by_the_jacobian(how, monkeypatch):
     if how == "sweep":
         clear_caches()
     np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-7 * float(jnp.max(jnp.abs(want))))
+
+
+def test_runs_between_save_times_float32_batched_and_second_order():
+    """The between-saves Jacobian and dense output's passed-through step in float32 under ``jit`` and
+    ``vmap`` (three matrices: each member its own gradient, the closed form's to 1e-5 relative), and
+    the second derivative of a dense loss (a spring's 30 interpolated saves in its stiffness: the
+    closed form cos(sqrt(k) t), to 1e-7 relative)."""
+    ts = jnp.linspace(0.25, 3.0, 12, dtype=jnp.float32)
+    integ = js.RungeKutta5Integrator(target_accuracy=1e-5)
+    ctx = LINEAR4.create_default_context(jnp.float32)
+    x0 = np.asarray(ctx.get_continuous_state_vector(), np.float64)
+
+    def loss(a):
+        r = js.simulate(LINEAR4, ctx.with_numeric_parameter(0, a), 3.0, integ, save_at=ts, dense_output=True)
+        return jnp.sum(r.ys**2)
+
+    def exact(a):
+        return sum(jnp.sum((jax.scipy.linalg.expm(a.reshape(4, 4) * t) @ x0) ** 2) for t in np.asarray(ts, np.float64))
+
+    a0 = A4.reshape(-1)
+    batch = np.stack([a0, 1.05 * a0, 0.95 * a0])
+    g = jax.jit(jax.vmap(jax.grad(loss)))(jnp.asarray(batch, jnp.float32))
+    assert g.dtype == jnp.float32
+    for gi, a in zip(np.asarray(g, np.float64), batch):
+        want = np.asarray(jax.grad(exact)(jnp.asarray(a)))
+        np.testing.assert_allclose(gi, want, rtol=0, atol=1e-5 * np.max(np.abs(want)))
+
+    from jaxsys.examples import SpringMassDamper
+
+    spring = SpringMassDamper(1.0, 1.0, 0.0, has_input=False)
+    ts2 = jnp.linspace(0.1, 3.0, 30)
+    fine = js.RungeKutta5Integrator(max_step_size=0.1, target_accuracy=1e-10)
+
+    def spring_loss(k):
+        c = spring.create_default_context().with_continuous_state(jnp.array([1.0, 0.0]))
+        c = c.with_numeric_parameter(0, jnp.stack([1.0, k, 0.0]))
+        return jnp.sum(js.simulate(spring, c, 3.0, fine, save_at=ts2, dense_output=True).ys[:, 0] ** 2)
+
+    want2 = jax.hessian(lambda k: jnp.sum(jnp.cos(jnp.sqrt(k) * ts2) ** 2))(1.3)
+    np.testing.assert_allclose(jax.hessian(spring_loss)(1.3), want2, rtol=1e-7)
