@@ -291,3 +291,47 @@ def test_runs_between_save_times_float32_batched_and_second_order():
 
     want2 = jax.hessian(lambda k: jnp.sum(jnp.cos(jnp.sqrt(k) * ts2) ** 2))(1.3)
     np.testing.assert_allclose(jax.hessian(spring_loss)(1.3), want2, rtol=1e-7)
+
+
+def _loops(fn, *args):
+    """The number of while loops in ``fn``'s compiled program (XLA's text)."""
+    return jax.jit(fn).lower(*args).compile().as_text().count(" while(")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32])
+def test_forward_mode_with_the_value_runs_one_loop(dtype, sweep):
+    """A loop differentiated by the sweep, in forward mode with its value used as well (``jax.jvp``,
+    ``jax.jacfwd`` with ``has_aux``): value and tangent from one loop (loop_value_tangent_p), not the
+    checkpointing run beside a replay (2.6x the tangent's cost on a hybrid system before). The value
+    equals the plain run's exactly, the tangent the closed form's; reverse mode (grad, vmap(grad),
+    linearize) and reverse over forward keep their values."""
+    p = P.astype(dtype)
+    n = jnp.asarray(777)
+    t = jnp.array([0.3, -0.2, 1.0], dtype)
+    tol = 1e-10 if dtype == jnp.float64 else 2e-4
+    f = lambda p: run(p, n)  # noqa: E731
+    value, tangent = jax.jit(lambda p: jax.jvp(f, (p,), (t,)))(p)
+    assert value == jax.jit(f)(p)  # (the same loop's values, to the last bit)
+    exact = jax.jvp(lambda q: closed(q, 777.0), (P,), (t.astype(P.dtype),))[1]
+    np.testing.assert_allclose(tangent, exact, rtol=tol)
+    both = jax.jacfwd(lambda p: (lambda y: (y, y))(f(p)), has_aux=True)
+    assert _loops(lambda p: jax.jvp(f, (p,), (t,)), p) == 1  # (3 before: the checkpointing run's too)
+    assert _loops(both, p) == 1
+    jac, aux = jax.jit(both)(p)
+    assert aux == value
+    grad_exact = jax.grad(closed)(P, 777.0)
+    np.testing.assert_allclose(jac, grad_exact, rtol=tol)
+    np.testing.assert_allclose(jax.jit(jax.grad(f))(p), grad_exact, rtol=tol)
+    lin_value, lin = jax.linearize(f, p)
+    assert lin_value == value
+    np.testing.assert_allclose(lin(t), exact, rtol=tol)
+    # a batch of trip counts (values batched) and of directions (values shared)
+    ns = jnp.array([5, 777, 3000])
+    vs, ts = jax.jit(jax.vmap(lambda n: jax.jvp(lambda p: run(p, n), (p,), (t,))))(ns)
+    for i, k in enumerate([5, 777, 3000]):
+        assert vs[i] == jax.jit(lambda p, k=k: run(p, jnp.asarray(k)))(p)
+        want = jax.jvp(lambda q, k=k: closed(q, float(k)), (P,), (t.astype(P.dtype),))[1]
+        np.testing.assert_allclose(ts[i], want, rtol=tol)
+    # reverse over forward: d/dp of the directional derivative (the Hessian of the closed form times t)
+    hvp = jax.jit(jax.grad(lambda p: jax.jvp(f, (p,), (t,))[1]))(p)
+    np.testing.assert_allclose(hvp, jax.hessian(closed)(P, 777.0) @ t.astype(P.dtype), rtol=10 * tol, atol=1e-12)

@@ -766,6 +766,175 @@ loop_adjoint_p: Any = eqxi.create_vprim(
 )
 
 
+# ----- loop_value_tangent: (res, value, lin) -> (value, dc_n) ---------------------------------------
+# A loop's JVP by the sweep gives its value from the checkpointing forward run (``value``, computed
+# without the tangents, as reverse mode needs) and its tangent by `loop_tangent` (a replay carrying
+# the tangents beside the values). Evaluated as it is (forward mode: ``jax.jvp``, ``jax.jacfwd``), this
+# primitive computes both in one loop, the replay's, and ignores ``value``: XLA then drops the
+# checkpointing run, which is otherwise run as well whenever the value is used (2.6x the tangent's
+# cost on tests/test_event_gradients.py's hybrid system). Partially evaluated (``jax.grad``,
+# ``jax.linearize``, ``jax.checkpoint``'s rematerialization), it is ``value`` (known) and
+# `loop_tangent` (the linear part, transposed into the adjoint), exactly the structure before. The
+# rule emitting it cannot tell the two apart (JAX traces a ``custom_jvp`` rule to a jaxpr once and
+# evaluates it under whichever transformation applies it); the primitive's rules can.
+def _vt_split(args: Any, spec: LoopSpec) -> tuple[list[Any], list[Any], list[Any]]:
+    res = list(args[: spec.n_res])
+    value = list(args[spec.n_res : spec.n_res + spec.n_c])
+    return res, value, list(args[spec.n_res + spec.n_c :])
+
+
+def _vt_fused(*args: Any, spec: LoopSpec) -> list[Array]:
+    """One loop: the plain loop's JVP, its value and the differentiable leaves' tangents."""
+    res, _, lin = _vt_split(args, spec)
+    cl, bcl, ccl, _, _, _ = spec.split_res(res)
+
+    def f(d: list[Array]) -> list[Array]:
+        c, b = spec.with_diff(cl, bcl, d)
+        return spec.plain(c, b, ccl)
+
+    out, d_out = jax.jvp(f, (spec.diff_of(cl, bcl),), (list(lin),))
+    return [*out, *(d_out[i] for i in spec.c_diff)]
+
+
+def _vt_two_part(*args: Any, spec: LoopSpec) -> list[Array]:
+    """The same map as the checkpointing run's value and `loop_tangent`: what partial evaluation
+    keeps, and what a second derivative differentiates."""
+    res, value, lin = _vt_split(args, spec)
+    return [*value, *loop_tangent_p.bind(*res, *lin, spec=spec)]
+
+
+def _vt_layered(
+    fn: Callable[..., Any], layers: tuple[Any, ...], args: slice = slice(None), outs: slice = slice(None)
+) -> Callable[..., Any]:
+    """``fn`` under the ``vmap``s the primitive was batched by (innermost first), for the arguments
+    ``args`` and outputs ``outs`` of the primitive's."""
+    for size, in_axes, out_axes in layers:
+        fn = jax.vmap(lambda *a, fn=fn: tuple(fn(*a)), in_axes=in_axes[args], out_axes=out_axes[outs], axis_size=size)
+    return fn
+
+
+def _vt_value_part(spec: LoopSpec, layers: tuple[Any, ...]) -> Callable[..., Any]:
+    """``(*res, *value) -> value``, batched as the primitive's value outputs."""
+    n_val = spec.n_res + spec.n_c
+    return _vt_layered(lambda *a: list(a[spec.n_res :]), layers, slice(0, n_val), slice(0, spec.n_c))
+
+
+def _vt_tangent_part(spec: LoopSpec, layers: tuple[Any, ...]) -> Callable[..., Any]:
+    """``(*res, *value, *lin) -> loop_tangent(res, lin)``, batched as the primitive's tangent outputs."""
+
+    def f(*a: Any) -> list[Array]:
+        res, _, lin = _vt_split(a, spec)
+        return list(loop_tangent_p.bind(*res, *lin, spec=spec))
+
+    return _vt_layered(f, layers, slice(None), slice(spec.n_c, None))
+
+
+def _vt_impl(*args: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> list[Array]:
+    return list(_vt_layered(lambda *a: _vt_fused(*a, spec=spec), layers)(*args))
+
+
+def _vt_abstract(*args: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> list[Any]:
+    out = list(avals)
+    for size, _, out_axes in layers:
+        out = [a if ax is None else a.update(shape=(size, *a.shape)) for a, ax in zip(out, out_axes)]
+    return out
+
+
+def _vt_batch(args: Any, dims: Any, *, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> Any:
+    size = next(jnp.shape(a)[d] for a, d in zip(args, dims) if d is not None)
+    in_axes = tuple(None if d is None else int(d) for d in dims)
+    values_batched = any(a is not None for a in in_axes[: spec.n_res + spec.n_c])
+    out_axes = tuple([0 if values_batched else None] * spec.n_c + [0] * (len(avals) - spec.n_c))
+    outs = loop_value_tangent_p.bind(*args, spec=spec, layers=(*layers, (size, in_axes, out_axes)), avals=avals)
+    return outs, [None if ax is None else 0 for ax in out_axes]
+
+
+def _vt_jvp(primals: Any, tangents: Any, *, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> Any:
+    # (a second derivative: the two-part map's, whose rules are the checkpointing run's and loop_tangent's)
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    fn = _vt_layered(lambda *a: _vt_two_part(*a, spec=spec), layers)
+    return jax.jvp(lambda *a: list(fn(*a)), list(primals), tangents)
+
+
+def _vt_partial_eval(trace: Any, *tracers: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> Any:
+    from jax._src import core
+
+    known = [t.pval.is_known() for t in tracers]
+    params = dict(spec=spec, layers=layers, avals=avals)
+    if all(known) or not all(known[: spec.n_res + spec.n_c]):
+        return trace.default_process_primitive(loop_value_tangent_p, tracers, params)
+    n_val = spec.n_res + spec.n_c
+    with core.set_current_trace(trace.parent_trace):  # (known)
+        value = _vt_value_part(spec, layers)(*(t.pval.get_known() for t in tracers[:n_val]))
+    with core.set_current_trace(trace):  # (staged: linear in the unknown tangents)
+        tangent = _vt_tangent_part(spec, layers)(*tracers)
+    return [*(trace.new_const(v) for v in value), *tangent]
+
+
+def _vt_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
+    from jax._src import core
+    from jax._src.interpreters import partial_eval as pe
+
+    spec, layers = eqn.params["spec"], eqn.params["layers"]
+    n_val = spec.n_res + spec.n_c
+    n_out = len(eqn.outvars)
+    if not any(unks_in):  # (known: evaluated, its outputs saved)
+        return eqn, None, [False] * n_out, [False] * n_out, []
+    res_in = eqn.invars[: spec.n_res]
+    if any(unks_in[:n_val]):  # (values depending on the tangents: the whole application staged)
+        residuals = [
+            v for v, unk, inst in zip(eqn.invars, unks_in, inst_in) if not unk and not inst and type(v) is core.Var
+        ]
+        return None, eqn, [True] * n_out, [True] * n_out, residuals
+    value_in = eqn.invars[spec.n_res : n_val]
+    lin_in = eqn.invars[n_val:]
+    avals_in = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+    closed_value = jax.make_jaxpr(lambda *a: list(_vt_value_part(spec, layers)(*a)))(*avals_in[:n_val])
+    known = pe.new_jaxpr_eqn(
+        [*res_in, *value_in],
+        list(eqn.outvars[: spec.n_c]),
+        core.closed_call_p,
+        dict(call_jaxpr=closed_value),
+        closed_value.effects,
+        eqn.source_info,
+        eqn.ctx,
+    )
+    closed = jax.make_jaxpr(lambda *a: list(_vt_tangent_part(spec, layers)(*a)))(*avals_in)
+    staged = pe.new_jaxpr_eqn(
+        [*res_in, *value_in, *lin_in],
+        list(eqn.outvars[spec.n_c :]),
+        core.closed_call_p,
+        dict(call_jaxpr=closed),
+        closed.effects,
+        eqn.source_info,
+        eqn.ctx,
+    )
+    residuals = [v for v, inst in zip([*res_in, *value_in], inst_in[:n_val]) if not inst and type(v) is core.Var]
+    unks_out = [False] * spec.n_c + [True] * (n_out - spec.n_c)
+    inst_out = [False] * spec.n_c + [True] * (n_out - spec.n_c)
+    return known, staged, unks_out, inst_out, residuals
+
+
+def _register_value_tangent() -> Any:
+    from jax._src.interpreters import partial_eval as pe
+    from jax.extend.core import Primitive
+    from jax.interpreters import batching, mlir
+
+    prim = Primitive("jaxsys_loop_value_tangent")
+    prim.multiple_results = True
+    prim.def_impl(_vt_impl)
+    prim.def_abstract_eval(_vt_abstract)
+    mlir.register_lowering(prim, mlir.lower_fun(_vt_impl, multiple_results=True))
+    batching.primitive_batchers[prim] = _vt_batch
+    ad.primitive_jvps[prim] = _vt_jvp
+    pe.custom_partial_eval_rules[prim] = _vt_partial_eval
+    pe.partial_eval_jaxpr_custom_rules[prim] = _vt_partial_eval_custom
+    return prim
+
+
+loop_value_tangent_p: Any = _register_value_tangent()
+
+
 def loop_jvp(
     body: Callable[..., Any],
     cond: Callable[..., Any],
@@ -794,7 +963,16 @@ def loop_jvp(
             d_out[i] = jnp.tensordot(flat.astype(j.dtype), j, axes=1, precision=HIGHEST)
         return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(tree, d_out)
     out, n, bufs, t = _checkpointed_run(base)(cl, list(bc), list(cc))
-    d_out = _tangent_of(base, cl, list(bc), list(cc), n, bufs, t, dcl, dbc, spec)
+    d_out = [_symbolic_zero(x) for x in cl]
+    if spec.c_diff:
+        # (value and tangent by one primitive: one loop in forward mode, this structure partially
+        # evaluated; loop_value_tangent_p)
+        lin = _lin(spec, cl, list(bc), dcl, dbc)
+        avals = tuple(_aval(x) for x in cl) + tuple(_aval(cl[i]) for i in spec.c_diff)
+        both = loop_value_tangent_p.bind(*cl, *bc, *cc, *bufs, n, t, *out, *lin, spec=spec, layers=(), avals=avals)
+        out = list(both[: len(cl)])
+        for i, d in zip(spec.c_diff, both[len(cl) :]):
+            d_out[i] = d
     return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(tree, d_out)
 
 
