@@ -766,27 +766,25 @@ loop_adjoint_p: Any = eqxi.create_vprim(
 )
 
 
-# ----- loop_value_tangent: (res, value, lin) -> (value, dc_n) ---------------------------------------
-# A loop's JVP by the sweep gives its value from the checkpointing forward run (``value``, computed
-# without the tangents, as reverse mode needs) and its tangent by `loop_tangent` (a replay carrying
-# the tangents beside the values). Evaluated as it is (forward mode: ``jax.jvp``, ``jax.jacfwd``), this
-# primitive computes both in one loop, the replay's, and ignores ``value``: XLA then drops the
-# checkpointing run, which is otherwise run as well whenever the value is used (2.6x the tangent's
-# cost on tests/test_event_gradients.py's hybrid system). Partially evaluated (``jax.grad``,
-# ``jax.linearize``, ``jax.checkpoint``'s rematerialization), it is ``value`` (known) and
-# `loop_tangent` (the linear part, transposed into the adjoint), exactly the structure before. The
-# rule emitting it cannot tell the two apart (JAX traces a ``custom_jvp`` rule to a jaxpr once and
-# evaluates it under whichever transformation applies it); the primitive's rules can.
-def _vt_split(args: Any, spec: LoopSpec) -> tuple[list[Any], list[Any], list[Any]]:
-    res = list(args[: spec.n_res])
-    value = list(args[spec.n_res : spec.n_res + spec.n_c])
-    return res, value, list(args[spec.n_res + spec.n_c :])
+# ----- loop_value_tangent: (c0, consts, cond consts, lin) -> (c_n, dc_n) -----------------------------
+# A loop's JVP by the sweep: reverse mode needs the value from the checkpointing forward run (computed
+# without the tangents; its checkpoints feed the adjoint) and the tangent from `loop_tangent` (a replay
+# carrying the tangents beside the values, transposed into the adjoint). Forward mode (``jax.jvp``,
+# ``jax.jacfwd``) needs only the replay, values included: running the checkpointing run as well cost
+# 2.7x the tangent's time on tests/test_event_gradients.py's hybrid system. The ``custom_jvp`` rule
+# cannot tell the two apart (JAX traces a rule to a jaxpr once and evaluates it under whichever
+# transformation applies it); this primitive's rules can. Evaluated, it is the replay alone;
+# partially evaluated (``jax.grad``, ``jax.linearize``, ``jax.checkpoint``'s rematerialization), the
+# checkpointing run (known) and `loop_tangent` (staged); differentiated again, that pair's JVP.
+def _vt_split(args: Any, spec: LoopSpec) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    n_c, n_bc, n_cc = spec.n_c, spec.n_bc, spec.n_cc
+    args = list(args)
+    return args[:n_c], args[n_c : n_c + n_bc], args[n_c + n_bc : n_c + n_bc + n_cc], args[n_c + n_bc + n_cc :]
 
 
 def _vt_fused(*args: Any, spec: LoopSpec) -> list[Array]:
     """One loop: the plain loop's JVP, its value and the differentiable leaves' tangents."""
-    res, _, lin = _vt_split(args, spec)
-    cl, bcl, ccl, _, _, _ = spec.split_res(res)
+    cl, bcl, ccl, lin = _vt_split(args, spec)
 
     def f(d: list[Array]) -> list[Array]:
         c, b = spec.with_diff(cl, bcl, d)
@@ -796,41 +794,68 @@ def _vt_fused(*args: Any, spec: LoopSpec) -> list[Array]:
     return [*out, *(d_out[i] for i in spec.c_diff)]
 
 
+def _vt_known(*args: Any, spec: LoopSpec) -> list[Array]:
+    """``(c0, consts, cond consts) -> (c_n, *checkpoints, passes, stride)``: the checkpointing run."""
+    n_prim = spec.n_c + spec.n_bc + spec.n_cc
+    cl, bcl, ccl, _ = _vt_split(list(args[:n_prim]), spec)
+    out, n, bufs, t = _checkpointed_run(spec)(cl, bcl, ccl)
+    return [*out, *bufs, n, t]
+
+
+def _vt_staged(*args: Any, spec: LoopSpec) -> list[Array]:
+    """``(c0, consts, cond consts, *checkpoints, passes, stride, lin) -> dc_n``: `loop_tangent`."""
+    n_prim = spec.n_c + spec.n_bc + spec.n_cc
+    rest = list(args[n_prim:])
+    bufs, n, t, lin = rest[: spec.n_c], rest[spec.n_c], rest[spec.n_c + 1], rest[spec.n_c + 2 :]
+    return list(loop_tangent_p.bind(*args[:n_prim], *bufs, n, t, *lin, spec=spec))
+
+
 def _vt_two_part(*args: Any, spec: LoopSpec) -> list[Array]:
-    """The same map as the checkpointing run's value and `loop_tangent`: what partial evaluation
-    keeps, and what a second derivative differentiates."""
-    res, value, lin = _vt_split(args, spec)
-    return [*value, *loop_tangent_p.bind(*res, *lin, spec=spec)]
+    """The pair partial evaluation keeps, as one map (what a second derivative differentiates)."""
+    n_prim = spec.n_c + spec.n_bc + spec.n_cc
+    known = _vt_known(*args[:n_prim], spec=spec)
+    return [*known[: spec.n_c], *_vt_staged(*args[:n_prim], *known[spec.n_c :], *args[n_prim:], spec=spec)]
 
 
 def _vt_layered(
-    fn: Callable[..., Any], layers: tuple[Any, ...], args: slice = slice(None), outs: slice = slice(None)
+    fn: Callable[..., Any], layers: tuple[Any, ...], in_axes_of: Any, out_axes_of: Any
 ) -> Callable[..., Any]:
-    """``fn`` under the ``vmap``s the primitive was batched by (innermost first), for the arguments
-    ``args`` and outputs ``outs`` of the primitive's."""
-    for size, in_axes, out_axes in layers:
-        fn = jax.vmap(lambda *a, fn=fn: tuple(fn(*a)), in_axes=in_axes[args], out_axes=out_axes[outs], axis_size=size)
+    """``fn`` under the ``vmap``s the primitive was batched by (innermost first); per layer, the
+    axes of ``fn``'s arguments and outputs from the layer's ``(size, in_axes, out_axes)``."""
+    for layer in layers:
+        size = layer[0]
+        fn = jax.vmap(
+            lambda *a, fn=fn: tuple(fn(*a)), in_axes=in_axes_of(layer), out_axes=out_axes_of(layer), axis_size=size
+        )
     return fn
 
 
-def _vt_value_part(spec: LoopSpec, layers: tuple[Any, ...]) -> Callable[..., Any]:
-    """``(*res, *value) -> value``, batched as the primitive's value outputs."""
-    n_val = spec.n_res + spec.n_c
-    return _vt_layered(lambda *a: list(a[spec.n_res :]), layers, slice(0, n_val), slice(0, spec.n_c))
+def _vt_parts(spec: LoopSpec, layers: tuple[Any, ...]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The checkpointing run and `loop_tangent`, batched as the primitive: the run's checkpoints and
+    counts batched as its values (shared when the values are, under ``jax.jacfwd``)."""
+    n_prim = spec.n_c + spec.n_bc + spec.n_cc
 
+    def res_axes(layer: Any) -> tuple[Any, ...]:
+        return (layer[2][0],) * (spec.n_c + 2)
 
-def _vt_tangent_part(spec: LoopSpec, layers: tuple[Any, ...]) -> Callable[..., Any]:
-    """``(*res, *value, *lin) -> loop_tangent(res, lin)``, batched as the primitive's tangent outputs."""
-
-    def f(*a: Any) -> list[Array]:
-        res, _, lin = _vt_split(a, spec)
-        return list(loop_tangent_p.bind(*res, *lin, spec=spec))
-
-    return _vt_layered(f, layers, slice(None), slice(spec.n_c, None))
+    known = _vt_layered(
+        lambda *a: _vt_known(*a, spec=spec),
+        layers,
+        lambda layer: layer[1][:n_prim],
+        lambda layer: layer[2][: spec.n_c] + res_axes(layer),
+    )
+    staged = _vt_layered(
+        lambda *a: _vt_staged(*a, spec=spec),
+        layers,
+        lambda layer: layer[1][:n_prim] + res_axes(layer) + layer[1][n_prim:],
+        lambda layer: layer[2][spec.n_c :],
+    )
+    return known, staged
 
 
 def _vt_impl(*args: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> list[Array]:
-    return list(_vt_layered(lambda *a: _vt_fused(*a, spec=spec), layers)(*args))
+    fn = _vt_layered(lambda *a: _vt_fused(*a, spec=spec), layers, lambda layer: layer[1], lambda layer: layer[2])
+    return list(fn(*args))
 
 
 def _vt_abstract(*args: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> list[Any]:
@@ -843,32 +868,34 @@ def _vt_abstract(*args: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tup
 def _vt_batch(args: Any, dims: Any, *, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> Any:
     size = next(jnp.shape(a)[d] for a, d in zip(args, dims) if d is not None)
     in_axes = tuple(None if d is None else int(d) for d in dims)
-    values_batched = any(a is not None for a in in_axes[: spec.n_res + spec.n_c])
+    values_batched = any(a is not None for a in in_axes[: spec.n_c + spec.n_bc + spec.n_cc])
     out_axes = tuple([0 if values_batched else None] * spec.n_c + [0] * (len(avals) - spec.n_c))
     outs = loop_value_tangent_p.bind(*args, spec=spec, layers=(*layers, (size, in_axes, out_axes)), avals=avals)
     return outs, [None if ax is None else 0 for ax in out_axes]
 
 
 def _vt_jvp(primals: Any, tangents: Any, *, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> Any:
-    # (a second derivative: the two-part map's, whose rules are the checkpointing run's and loop_tangent's)
+    # (a second derivative: the pair's, whose rules are the checkpointing run's and loop_tangent's)
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    fn = _vt_layered(lambda *a: _vt_two_part(*a, spec=spec), layers)
+    fn = _vt_layered(lambda *a: _vt_two_part(*a, spec=spec), layers, lambda layer: layer[1], lambda layer: layer[2])
     return jax.jvp(lambda *a: list(fn(*a)), list(primals), tangents)
 
 
 def _vt_partial_eval(trace: Any, *tracers: Any, spec: LoopSpec, layers: tuple[Any, ...], avals: tuple[Any, ...]) -> Any:
     from jax._src import core
 
+    n_prim = spec.n_c + spec.n_bc + spec.n_cc
     known = [t.pval.is_known() for t in tracers]
-    params = dict(spec=spec, layers=layers, avals=avals)
-    if all(known) or not all(known[: spec.n_res + spec.n_c]):
+    if all(known) or not all(known[:n_prim]):
+        params = dict(spec=spec, layers=layers, avals=avals)
         return trace.default_process_primitive(loop_value_tangent_p, tracers, params)
-    n_val = spec.n_res + spec.n_c
-    with core.set_current_trace(trace.parent_trace):  # (known)
-        value = _vt_value_part(spec, layers)(*(t.pval.get_known() for t in tracers[:n_val]))
-    with core.set_current_trace(trace):  # (staged: linear in the unknown tangents)
-        tangent = _vt_tangent_part(spec, layers)(*tracers)
-    return [*(trace.new_const(v) for v in value), *tangent]
+    known_fn, staged_fn = _vt_parts(spec, layers)
+    with core.set_current_trace(trace.parent_trace):  # (the checkpointing run: known)
+        run = list(known_fn(*(t.pval.get_known() for t in tracers[:n_prim])))
+    with core.set_current_trace(trace):  # (loop_tangent: staged, linear in the unknown tangents)
+        res = [trace.new_const(x) for x in run[spec.n_c :]]
+        tangent = list(staged_fn(*tracers[:n_prim], *res, *tracers[n_prim:]))
+    return [*(trace.new_const(v) for v in run[: spec.n_c]), *tangent]
 
 
 def _vt_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any) -> Any:
@@ -876,40 +903,41 @@ def _vt_partial_eval_custom(saveable: Any, unks_in: Any, inst_in: Any, eqn: Any)
     from jax._src.interpreters import partial_eval as pe
 
     spec, layers = eqn.params["spec"], eqn.params["layers"]
-    n_val = spec.n_res + spec.n_c
+    n_prim = spec.n_c + spec.n_bc + spec.n_cc
     n_out = len(eqn.outvars)
     if not any(unks_in):  # (known: evaluated, its outputs saved)
         return eqn, None, [False] * n_out, [False] * n_out, []
-    res_in = eqn.invars[: spec.n_res]
-    if any(unks_in[:n_val]):  # (values depending on the tangents: the whole application staged)
+    if any(unks_in[:n_prim]):  # (values depending on the tangents: the whole application staged)
         residuals = [
             v for v, unk, inst in zip(eqn.invars, unks_in, inst_in) if not unk and not inst and type(v) is core.Var
         ]
         return None, eqn, [True] * n_out, [True] * n_out, residuals
-    value_in = eqn.invars[spec.n_res : n_val]
-    lin_in = eqn.invars[n_val:]
-    avals_in = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
-    closed_value = jax.make_jaxpr(lambda *a: list(_vt_value_part(spec, layers)(*a)))(*avals_in[:n_val])
+    known_fn, staged_fn = _vt_parts(spec, layers)
+    prim_in, lin_in = list(eqn.invars[:n_prim]), list(eqn.invars[n_prim:])
+    avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars]
+    closed_known = jax.make_jaxpr(lambda *a: list(known_fn(*a)))(*avals[:n_prim])
+    res_vars = [core.Var(a) for a in closed_known.out_avals[spec.n_c :]]
     known = pe.new_jaxpr_eqn(
-        [*res_in, *value_in],
-        list(eqn.outvars[: spec.n_c]),
+        prim_in,
+        [*eqn.outvars[: spec.n_c], *res_vars],
         core.closed_call_p,
-        dict(call_jaxpr=closed_value),
-        closed_value.effects,
+        dict(call_jaxpr=closed_known),
+        closed_known.effects,
         eqn.source_info,
         eqn.ctx,
     )
-    closed = jax.make_jaxpr(lambda *a: list(_vt_tangent_part(spec, layers)(*a)))(*avals_in)
+    res_avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed_known.out_avals[spec.n_c :]]
+    closed_staged = jax.make_jaxpr(lambda *a: list(staged_fn(*a)))(*avals[:n_prim], *res_avals, *avals[n_prim:])
     staged = pe.new_jaxpr_eqn(
-        [*res_in, *value_in, *lin_in],
+        [*prim_in, *res_vars, *lin_in],
         list(eqn.outvars[spec.n_c :]),
         core.closed_call_p,
-        dict(call_jaxpr=closed),
-        closed.effects,
+        dict(call_jaxpr=closed_staged),
+        closed_staged.effects,
         eqn.source_info,
         eqn.ctx,
     )
-    residuals = [v for v, inst in zip([*res_in, *value_in], inst_in[:n_val]) if not inst and type(v) is core.Var]
+    residuals = [v for v, inst in zip(prim_in, inst_in[:n_prim]) if not inst and type(v) is core.Var] + res_vars
     unks_out = [False] * spec.n_c + [True] * (n_out - spec.n_c)
     inst_out = [False] * spec.n_c + [True] * (n_out - spec.n_c)
     return known, staged, unks_out, inst_out, residuals
@@ -962,18 +990,20 @@ def loop_jvp(
         for i, j in zip(spec.c_diff, jac):
             d_out[i] = jnp.tensordot(flat.astype(j.dtype), j, axes=1, precision=HIGHEST)
         return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(tree, d_out)
-    out, n, bufs, t = _checkpointed_run(base)(cl, list(bc), list(cc))
+    if not spec.c_diff:
+        out = _checkpointed_run(base)(cl, list(bc), list(cc))[0]
+        return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(
+            tree, [_symbolic_zero(x) for x in cl]
+        )
+    # (value and tangent by one primitive: the replay alone in forward mode, the checkpointing run and
+    # loop_tangent when partially evaluated: loop_value_tangent_p)
+    lin = _lin(spec, cl, list(bc), dcl, dbc)
+    avals = tuple(_aval(x) for x in cl) + tuple(_aval(cl[i]) for i in spec.c_diff)
+    both = loop_value_tangent_p.bind(*cl, *bc, *cc, *lin, spec=spec, layers=(), avals=avals)
     d_out = [_symbolic_zero(x) for x in cl]
-    if spec.c_diff:
-        # (value and tangent by one primitive: one loop in forward mode, this structure partially
-        # evaluated; loop_value_tangent_p)
-        lin = _lin(spec, cl, list(bc), dcl, dbc)
-        avals = tuple(_aval(x) for x in cl) + tuple(_aval(cl[i]) for i in spec.c_diff)
-        both = loop_value_tangent_p.bind(*cl, *bc, *cc, *bufs, n, t, *out, *lin, spec=spec, layers=(), avals=avals)
-        out = list(both[: len(cl)])
-        for i, d in zip(spec.c_diff, both[len(cl) :]):
-            d_out[i] = d
-    return jax.tree_util.tree_unflatten(tree, out), jax.tree_util.tree_unflatten(tree, d_out)
+    for i, d in zip(spec.c_diff, both[len(cl) :]):
+        d_out[i] = d
+    return jax.tree_util.tree_unflatten(tree, list(both[: len(cl)])), jax.tree_util.tree_unflatten(tree, d_out)
 
 
 def _by_jacobian(spec: LoopSpec, cl: list[Array], bc: list[Array]) -> bool:
