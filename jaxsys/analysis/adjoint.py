@@ -600,13 +600,20 @@ class LoopSpec:
         """The forward sensitivity: tangents of the start carry's and the consts' differentiable
         leaves -> tangent of the final carry's."""
         cl, bcl, ccl, _, _, _ = self.split_res(res)
+        return self.value_and_tangent(cl, bcl, ccl, lin)[1]
+
+    def value_and_tangent(
+        self, cl: list[Array], bcl: list[Array], ccl: list[Array], lin: list[Array]
+    ) -> tuple[list[Array], list[Array]]:
+        """The plain loop's JVP from ``cl``: its final carry, and the tangents of its differentiable
+        leaves from those of the start carry's and the consts' (``lin``); one loop."""
 
         def f(d: list[Array]) -> list[Array]:
             c, b = self.with_diff(cl, bcl, d)
-            out = self.plain(c, b, ccl)
-            return [out[i] for i in self.c_diff]
+            return self.plain(c, b, ccl)
 
-        return jax.jvp(f, (self.diff_of(cl, bcl),), (list(lin),))[1]
+        out, d_out = jax.jvp(f, (self.diff_of(cl, bcl),), (list(lin),))
+        return out, [d_out[i] for i in self.c_diff]
 
     # second order: through the bounded loop
     def bounded_diff(self, res: list[Array], d: list[Array]) -> list[Array]:
@@ -784,14 +791,8 @@ def _vt_split(args: Any, spec: LoopSpec) -> tuple[list[Any], list[Any], list[Any
 
 def _vt_fused(*args: Any, spec: LoopSpec) -> list[Array]:
     """One loop: the plain loop's JVP, its value and the differentiable leaves' tangents."""
-    cl, bcl, ccl, lin = _vt_split(args, spec)
-
-    def f(d: list[Array]) -> list[Array]:
-        c, b = spec.with_diff(cl, bcl, d)
-        return spec.plain(c, b, ccl)
-
-    out, d_out = jax.jvp(f, (spec.diff_of(cl, bcl),), (list(lin),))
-    return [*out, *(d_out[i] for i in spec.c_diff)]
+    out, d_out = spec.value_and_tangent(*_vt_split(args, spec))
+    return [*out, *d_out]
 
 
 def _vt_known(*args: Any, spec: LoopSpec) -> list[Array]:
