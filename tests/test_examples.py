@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -133,8 +135,8 @@ def test_mpc_swings_the_pendulum_up_within_the_torque_limit():
     assert (ROOT / "examples" / "output" / "mpc_pendulum.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # (a robot example end to end, 14-27 s; CI runs it: pytest -m slow)
 def test_robot_arm_fitting_example_recovers_masses_and_damping_within_standard_errors():
-    pytest = __import__("pytest")
     pytest.importorskip("mujoco")
     text = run_example("robot_arm_fitting.py")
     rows = re.findall(r"^(mass_\w+|damping_\w+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)$", text, flags=re.M)
@@ -146,10 +148,10 @@ def test_robot_arm_fitting_example_recovers_masses_and_damping_within_standard_e
     assert (ROOT / "examples" / "output" / "robot_arm_fitting.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # (a robot example end to end, 14-27 s; CI runs it: pytest -m slow)
 def test_robot_domain_randomization_example_follows_coulomb_friction():
     """1,024 boxes with random mass and friction: each stops after ~v0²/(2 μ g) whatever its mass
     (MuJoCo's contacts are soft and the box rocks as it stops: 3% median, 15% worst, stated here)."""
-    pytest = __import__("pytest")
     pytest.importorskip("mujoco")
     text = run_example("robot_domain_randomization.py")
     assert re.search(r"members 1024", text)
@@ -159,8 +161,8 @@ def test_robot_domain_randomization_example_follows_coulomb_friction():
     assert abs(float(re.search(r"correlation of the error with mass (\S+)", text).group(1))) < 0.3
 
 
+@pytest.mark.slow  # (a robot example end to end, 14-27 s; CI runs it: pytest -m slow)
 def test_robot_swing_up_example_reaches_upright_and_the_plan_works_on_the_equations():
-    pytest = __import__("pytest")
     pytest.importorskip("mujoco")
     text = run_example("robot_swing_up.py")
     assert "converged True" in text
@@ -171,10 +173,10 @@ def test_robot_swing_up_example_reaches_upright_and_the_plan_works_on_the_equati
     assert float(re.search(r"largest \|force\| (\S+) N", text).group(1)) <= 20.0 + 1e-9
 
 
+@pytest.mark.slow  # (a robot example end to end, 14-27 s; CI runs it: pytest -m slow)
 def test_robot_quadruped_pd_example_stands_up_tall_and_level():
     """A PD controller Diagram around MJX's Barkour quadruped (discrete): from the keyframe's stance to a
     taller one, level throughout, at rest at the end (P control leaves a gravity-load offset: < 0.15 rad)."""
-    pytest = __import__("pytest")
     pytest.importorskip("mujoco")
     text = run_example("robot_quadruped_pd.py")
     settled, final = map(float, re.search(r"trunk height: (\S+) m settled.*, (\S+) m at the end", text).groups())

@@ -176,49 +176,63 @@ def _final_elbow(plant, ctx, integrator, t_final):
     return f
 
 
+def _acrobot_mass_problem(continuous):
+    dtype = jnp.float64 if continuous else jnp.float32
+    plant = MujocoPlant(model_path("acrobot"), time_step=0.0 if continuous else 0.005)
+    ctx = plant.create_default_context(dtype) if continuous else plant.create_default_context()
+    assert ctx.get_time().dtype == dtype
+    ctx = plant.with_positions(ctx, jnp.array([0.5, -0.3], dtype))
+    ctx = plant.get_input_port("actuation").fix_value(ctx, jnp.array([0.4], dtype))
+    integ = js.RungeKutta4Integrator(max_step_size=0.01, fixed_step_mode=True) if continuous else None
+    return plant, ctx, integ, dtype
+
+
 @pytest.mark.parametrize("mode", ["continuous_float64", "discrete_float32"])
 def test_gradient_wrt_body_mass_matches_finite_differences(mode):
     continuous = mode.startswith("continuous")
-    dtype = jnp.float64 if continuous else jnp.float32
     with jax.enable_x64(continuous):
-        plant = MujocoPlant(model_path("acrobot"), time_step=0.0 if continuous else 0.005)
-        ctx = plant.create_default_context(dtype) if continuous else plant.create_default_context()
-        assert ctx.get_time().dtype == dtype
-        ctx = plant.with_positions(ctx, jnp.array([0.5, -0.3], dtype))
-        ctx = plant.get_input_port("actuation").fix_value(ctx, jnp.array([0.4], dtype))
-        integ = js.RungeKutta4Integrator(max_step_size=0.01, fixed_step_mode=True) if continuous else None
+        plant, ctx, integ, dtype = _acrobot_mass_problem(continuous)
         f = _final_elbow(plant, ctx, integ, 0.5)
-        g = float(jax.grad(f)(jnp.asarray(1.0, dtype)))
-        program = str(jax.make_jaxpr(jax.grad(f))(jnp.asarray(1.0, dtype)))
+        grad = jax.jit(jax.grad(f)).trace(jnp.asarray(1.0, dtype))  # (one trace: its program and its value)
+        g = float(grad.lower().compile()(jnp.asarray(1.0, dtype)))
         if continuous:  # (reverse mode by the step's Jacobians batched over the run: jaxsys.analysis.linearized)
-            assert "jaxsys_loop_adjoint" in program
+            assert "jaxsys_loop_adjoint" in str(grad.jaxpr)
         else:  # (the event loop, differentiated in three masses: by its Jacobian, jaxsys.analysis.adjoint)
-            assert "jaxsys_loop_adjoint" not in program
-        if continuous:  # forward mode (a scan of JVPs at the stored states) agrees
-            np.testing.assert_allclose(float(jax.jacfwd(f)(jnp.asarray(1.0, dtype))), g, rtol=1e-10)
+            assert "jaxsys_loop_adjoint" not in str(grad.jaxpr)
         h = 1e-4 if continuous else 2e-2
         fd = float((f(jnp.asarray(1.0 + h, dtype)) - f(jnp.asarray(1.0 - h, dtype))) / (2 * h))
         tol = 1e-7 if continuous else 2e-3
         assert abs(g - fd) <= tol * max(1.0, abs(fd)), (g, fd)
         assert abs(g) > 1e-2
-        if continuous:  # a loss on a saved trajectory (rows every 5 steps): the same sweep, the same values
-            ts = jnp.linspace(0.05, 0.5, 10)
 
-            def loss(mass):
-                m = plant.get_model_parameter(ctx, "body_mass").at[2].set(mass)
-                c = plant.with_model_parameter(ctx, "body_mass", m)
-                return jnp.sum(js.simulate(plant, c, 0.5, integ, save_at=ts, record=plant.get_positions).ys ** 2)
 
-            one = jnp.asarray(1.0, dtype)
-            assert "jaxsys_loop_adjoint" in str(jax.make_jaxpr(jax.grad(loss))(one))
-            g_loss = float(jax.grad(loss)(one))
-            fd_loss = float((loss(one + h) - loss(one - h)) / (2 * h))
-            assert abs(g_loss - fd_loss) <= tol * max(1.0, abs(fd_loss)), (g_loss, fd_loss)
-        if continuous:  # vmap over masses equals single runs
-            masses = jnp.array([0.7, 1.0, 1.4])
-            batched = jax.vmap(f)(masses)
-            singles = jnp.stack([f(m) for m in masses])
-            np.testing.assert_allclose(batched, singles, rtol=0, atol=1e-12)
+@pytest.mark.slow  # (three more derivative programs of MJX in float64, ~16 s; CI runs it: pytest -m slow)
+def test_gradient_wrt_body_mass_forward_mode_saved_rows_and_vmap():
+    """The continuous acrobot of the test above: forward mode (a scan of JVPs at the stored states)
+    equals reverse mode; a loss on a saved trajectory (rows every 5 steps) goes by the same sweep and
+    matches finite differences; ``vmap`` over masses equals single runs."""
+    with jax.enable_x64(True):
+        plant, ctx, integ, dtype = _acrobot_mass_problem(True)
+        f = _final_elbow(plant, ctx, integ, 0.5)
+        one, h = jnp.asarray(1.0, dtype), 1e-4
+        g = float(jax.grad(f)(one))
+        np.testing.assert_allclose(float(jax.jacfwd(f)(one)), g, rtol=1e-10)
+        ts = jnp.linspace(0.05, 0.5, 10)
+
+        def loss(mass):
+            m = plant.get_model_parameter(ctx, "body_mass").at[2].set(mass)
+            c = plant.with_model_parameter(ctx, "body_mass", m)
+            return jnp.sum(js.simulate(plant, c, 0.5, integ, save_at=ts, record=plant.get_positions).ys ** 2)
+
+        grad_loss = jax.jit(jax.grad(loss)).trace(one)
+        assert "jaxsys_loop_adjoint" in str(grad_loss.jaxpr)
+        g_loss = float(grad_loss.lower().compile()(one))
+        fd_loss = float((loss(one + h) - loss(one - h)) / (2 * h))
+        assert abs(g_loss - fd_loss) <= 1e-7 * max(1.0, abs(fd_loss)), (g_loss, fd_loss)
+        masses = jnp.array([0.7, 1.0, 1.4])
+        batched = jax.vmap(f)(masses)
+        singles = jnp.stack([f(m) for m in masses])
+        np.testing.assert_allclose(batched, singles, rtol=0, atol=1e-12)
 
 
 def test_pd_controller_diagram_discrete_and_optional_inputs():

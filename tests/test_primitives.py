@@ -237,7 +237,11 @@ def test_random_sources_have_distinct_reproducible_default_seeds(x64):
         np.testing.assert_array_equal(stream(b, b.with_seed(b.create_default_context(), a.get_default_seed())), sa)
     with pytest.raises(js.DeclarationError, match="seed"):
         js.RandomSource("gaussian", 1, 0.1, seed=-1)
-    # the same program, run twice, samples the same (the counter starts afresh in each process)
+
+
+def test_random_sources_default_seeds_are_the_same_in_every_run_of_a_program():
+    """The same program, run twice, samples the same: the default seeds' counter starts afresh in
+    each process (three sources, three distinct samples)."""
     code = (
         "import jaxsys as js, numpy as np; s = [js.RandomSource('uniform', 2, 0.1) for _ in range(3)]; "
         "print([float(js.simulate(x, x.create_default_context(), 0.05).context.get_discrete_state(0)[0]) for x in s])"
