@@ -8,7 +8,8 @@ MJX, finite differences and single runs.
   the world-frame angular momentum to 1e-6 over 5 s (RK5, accuracy 1e-10).
 - Discrete mode equals a raw ``lax.scan`` of ``mjx.step`` on MJX's humanoid (100 steps, float64, 1e-9).
 - ``jax.grad`` with respect to a body mass equals central finite differences (float64 continuous,
-  float32 discrete); ``vmap`` over masses equals single runs.
+  float32 discrete); with ``pytest -m slow`` also forward mode, a loss on a saved trajectory and
+  ``vmap`` over masses (equal to single runs).
 - Bad input: named errors.
 """
 
